@@ -9,7 +9,7 @@ _ADAPTER_EXPORTS = {
     "MultiCritiqueJudge": "judge_reward_adapter",
     "create_judge_reward": "judge_reward_adapter",
     "JudgeUnavailableError": "judge_client",
-    "JudgeRequest": "judge_client",
+    "JudgeItem": "judge_api",
     "JudgeResult": "judge_client",
     "JudgeRewardConfig": "reward_config",
     "ConfigError": "reward_config",

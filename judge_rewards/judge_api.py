@@ -1,14 +1,50 @@
-"""What a judge server's /batch_judge answer must look like (the API of the judge integration guide),
-checked in one place for every client: the reward adapter's batching client and evaluation's HTTP judge.
+"""The judge API's wire format in one place (the API of the judge integration guide): `JudgeItem`, the
+content of one judge request, shared by the server's judges and every client; and what a /batch_judge
+answer must look like, checked once for the reward adapter's batching client and evaluation's HTTP judge.
 Each client turns a failed item or a malformed answer into its own kind of failure."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .templates import Conversation, as_messages
+
 BODY_EXCERPT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    """One judgement to make: a request's content, without its HTTP wrapping or request_id."""
+
+    prompt: Conversation
+    completion: str
+    answer: str | None = None
+    answer_type: str | None = None
+
+    @classmethod
+    def create(cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None) -> "JudgeItem":
+        """A checked item from a caller's values: a text or message-list prompt, a text completion, the
+        answer as text."""
+        if not isinstance(completion, str):
+            raise TypeError(f"completion must be a string, got {type(completion).__name__}")
+        if not isinstance(prompt, str):
+            prompt = tuple(as_messages(prompt))
+        if answer_type is not None and not isinstance(answer_type, str):
+            raise TypeError(f"answer_type must be a string or None, got {type(answer_type).__name__}")
+        return cls(prompt, completion, None if answer is None else str(answer), answer_type)
+
+    def key(self) -> str:
+        """Identity of the judgement: the adapter's cache key and in-flight de-duplication key."""
+        return json.dumps([self.prompt, self.completion, self.answer, self.answer_type], ensure_ascii=False, sort_keys=True)
+
+    def request_body(self, request_id: str) -> dict:
+        """This item as one request of a /judge or /batch_judge body."""
+        prompt = self.prompt if isinstance(self.prompt, str) else list(self.prompt)
+        return {"prompt": prompt, "completion": self.completion, "answer": self.answer,
+                "answer_type": self.answer_type, "request_id": request_id}
 
 
 class MalformedAnswer(ValueError):

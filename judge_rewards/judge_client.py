@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import os
 import random
@@ -26,10 +25,10 @@ from typing import Any
 import httpx
 
 from . import judge_api
+from .judge_api import JudgeItem
 from .circuit_breaker import CircuitBreaker
 from .reward_config import JudgeRewardConfig
 from .reward_metrics import RewardMetrics
-from .templates import Conversation, as_messages
 
 log = logging.getLogger("JudgeReward")
 
@@ -48,34 +47,6 @@ class JudgeUnavailableError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class JudgeRequest:
-    prompt: Conversation
-    completion: str
-    answer: str | None = None
-    answer_type: str | None = None
-
-    @classmethod
-    def create(cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None) -> "JudgeRequest":
-        """A checked request: a text or message-list prompt, a text completion, the answer as text."""
-        if not isinstance(completion, str):
-            raise TypeError(f"completion must be a string, got {type(completion).__name__}")
-        if not isinstance(prompt, str):
-            prompt = tuple(as_messages(prompt))
-        if answer_type is not None and not isinstance(answer_type, str):
-            raise TypeError(f"answer_type must be a string or None, got {type(answer_type).__name__}")
-        return cls(prompt, completion, None if answer is None else str(answer), answer_type)
-
-    def key(self) -> str:
-        """Identity of the judgement: the cache key and the in-flight de-duplication key."""
-        return json.dumps([self.prompt, self.completion, self.answer, self.answer_type], ensure_ascii=False, sort_keys=True)
-
-    def payload(self, request_id: str) -> dict:
-        prompt = self.prompt if isinstance(self.prompt, str) else list(self.prompt)
-        return {"prompt": prompt, "completion": self.completion, "answer": self.answer,
-                "answer_type": self.answer_type, "request_id": request_id}
-
-
-@dataclass(frozen=True)
 class JudgeResult:
     score: float
     request_id: str
@@ -85,7 +56,7 @@ class JudgeResult:
 
 @dataclass
 class _Pending:
-    request: JudgeRequest
+    request: JudgeItem
     request_id: str
     future: concurrent.futures.Future
 
@@ -112,7 +83,7 @@ class BatchingJudgeClient:
         backoffs = sum(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**i) for i in range(self.config.max_retries))
         return self.config.batch_timeout + attempts * self.config.timeout + backoffs + 1.0
 
-    def submit(self, request: JudgeRequest) -> concurrent.futures.Future:
+    def submit(self, request: JudgeItem) -> concurrent.futures.Future:
         """A future of the JudgeResult of `request` (it raises JudgeUnavailableError when there is none)."""
         key = request.key()
         with self._lock:
@@ -241,7 +212,7 @@ class BatchingJudgeClient:
             return
         self.metrics.batch_sent(len(batch))
         try:
-            body = await self._post_with_retries(http, {"requests": [p.request.payload(p.request_id) for p in batch]})
+            body = await self._post_with_retries(http, {"requests": [p.request.request_body(p.request_id) for p in batch]})
             responses = _responses_by_request_id(body)
         except JudgeUnavailableError as err:
             log.warning("judge batch of %d failed: %s", len(batch), err)

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from cachetools import LRUCache
 
 from . import rules
-from .judge_client import BatchingJudgeClient, JudgeRequest, JudgeResult, JudgeUnavailableError
+from .judge_api import JudgeItem
+from .judge_client import BatchingJudgeClient, JudgeResult, JudgeUnavailableError
 from .reward_config import JudgeRewardConfig
 from .reward_metrics import RewardMetrics
 
@@ -55,7 +56,7 @@ class BaseJudgeReward:
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion."""
-        request = JudgeRequest.create(prompt, completion, answer, answer_type)
+        request = JudgeItem.create(prompt, completion, answer, answer_type)
         self._metrics.count("total_requests")
         cached = self._cache_get(request)
         if cached is not None:
@@ -87,7 +88,7 @@ class BaseJudgeReward:
 
         return list(self._thread_pool().map(one, items))
 
-    def _request_judge(self, request: JudgeRequest) -> JudgeResult:
+    def _request_judge(self, request: JudgeItem) -> JudgeResult:
         """The judge's result for one request (blocking), or JudgeUnavailableError."""
         future = self._client.submit(request)
         try:
@@ -121,7 +122,7 @@ class BaseJudgeReward:
         # Threads and connections do not travel: a copy in another process starts its own worker.
         return type(self), (self.config,)
 
-    def _fallback(self, request: JudgeRequest, err: JudgeUnavailableError) -> dict:
+    def _fallback(self, request: JudgeItem, err: JudgeUnavailableError) -> dict:
         if not self.config.fallback_to_rule:
             raise err
         result = rule_fallback(request, err)
@@ -129,13 +130,13 @@ class BaseJudgeReward:
         self._fallback_warnings.warn(f"judge unavailable, rewards come from rules (source=rule_fallback): {err}")
         return result
 
-    def _cache_get(self, request: JudgeRequest) -> JudgeResult | None:
+    def _cache_get(self, request: JudgeItem) -> JudgeResult | None:
         if self._cache is None:
             return None
         with self._cache_lock:
             return self._cache.get(request.key())
 
-    def _cache_put(self, request: JudgeRequest, result: JudgeResult) -> None:
+    def _cache_put(self, request: JudgeItem, result: JudgeResult) -> None:
         if self._cache is not None:
             with self._cache_lock:
                 self._cache[request.key()] = result
@@ -152,7 +153,7 @@ class BaseJudgeReward:
 JudgeRewardSystem = BaseJudgeReward  # the name training scripts import in place of their RewardSystem
 
 
-def rule_fallback(request: JudgeRequest, err: JudgeUnavailableError) -> dict:
+def rule_fallback(request: JudgeItem, err: JudgeUnavailableError) -> dict:
     """The rule-based reward of a request the judge could not score; JudgeUnavailableError when the rule
     cannot score it either (no reference answer, or one unfit for its answer type)."""
     try:
@@ -227,7 +228,7 @@ class MultiCritiqueJudge:
             err = JudgeUnavailableError("no judge answered: " + "; ".join(errors))
             if not self.fallback_to_rule:
                 raise err
-            request = JudgeRequest.create(item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"))
+            request = JudgeItem.create(item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"))
             return {**rule_fallback(request, err), "judges": [None] * len(answers)}
         scores = [r["reward"] for r in rewards]
         source = SOURCE_CACHE if all(r["source"] == SOURCE_CACHE for r in rewards) else SOURCE_JUDGE

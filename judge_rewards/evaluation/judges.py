@@ -72,7 +72,7 @@ class HttpJudge:
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         request_ids = [str(index) for index in range(len(items))]
-        body = {"requests": [_request_body(item, request_id) for item, request_id in zip(items, request_ids)]}
+        body = {"requests": [item.request_body(request_id) for item, request_id in zip(items, request_ids)]}
         responses, failure = self._post(body)
         if failure is not None:
             return [Verdict.failed(failure) for _ in items]
@@ -101,11 +101,6 @@ class HttpJudge:
 
     def __exit__(self, *exc_info) -> None:
         self._client.close()
-
-
-def _request_body(item: JudgeItem, request_id: str) -> dict:
-    return {"prompt": item.prompt, "completion": item.completion, "answer": item.answer,
-            "answer_type": item.answer_type, "request_id": request_id}
 
 
 def _responses(response) -> dict[str, dict]:

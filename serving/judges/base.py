@@ -6,17 +6,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from judge_rewards.templates import Conversation
-
-
-@dataclass(frozen=True)
-class JudgeItem:
-    """One judgement to make: the request's content, without its HTTP wrapping."""
-
-    prompt: Conversation
-    completion: str
-    answer: str | None = None
-    answer_type: str | None = None
+from judge_rewards.judge_api import JudgeItem
 
 
 @dataclass
