@@ -25,14 +25,22 @@ import httpx
 
 from benchmarks.bench_server import request_bodies
 from benchmarks.common import markdown_table, percentile, write_results
-from data_prep.base_models import build_scalar_judge
 from judge_rewards import JudgeRewardSystem
-from serving.process import start_server
+from tests.support.models import build_scalar_judge
+from tests.support.servers import start_server
 
 
 def adapter_config(url: str, batch_timeout: float) -> dict:
-    return {"judge_url": url, "use_cache": False, "max_batch_size": 16, "batch_timeout": batch_timeout,
-            "max_concurrent_requests": 32, "timeout": 600, "fallback_to_rule": False, "max_retries": 0}
+    return {
+        "judge_url": url,
+        "use_cache": False,
+        "max_batch_size": 16,
+        "batch_timeout": batch_timeout,
+        "max_concurrent_requests": 32,
+        "timeout": 600,
+        "fallback_to_rule": False,
+        "max_retries": 0,
+    }
 
 
 def latency_stats(latencies: list[float]) -> dict:
@@ -95,38 +103,61 @@ def naive_throughput(url: str, bodies: list[dict], callers: int) -> dict:
 
 def adapter_throughput(url: str, bodies: list[dict], callers: int, batch_timeout: float) -> dict:
     with JudgeRewardSystem(adapter_config(url, batch_timeout)) as adapter:
+
         def reward_one(body):
             assert adapter.reward(body["prompt"], body["completion"], body.get("answer"))["source"] == "judge"
 
         wall = run_threads(callers, bodies, reward_one)
         metrics = adapter.get_metrics()
-    return {"rewards_per_s": round(len(bodies) / wall, 1), "http_requests": metrics["batches_sent"],
-            "batched_fraction": metrics["batched_fraction"], "mean_batch_size": metrics["mean_batch_size"]}
+    return {
+        "rewards_per_s": round(len(bodies) / wall, 1),
+        "http_requests": metrics["batches_sent"],
+        "batched_fraction": metrics["batched_fraction"],
+        "mean_batch_size": metrics["mean_batch_size"],
+    }
 
 
 def with_answers(bodies: list[dict]) -> list[dict]:
     """The rule judge needs a reference answer; the completion ends with it half the time."""
-    return [{**body, "completion": body["completion"] + (" so the answer is 4" if i % 2 else " so it is 5"),
-             "answer": "4", "answer_type": "NUMBER"} for i, body in enumerate(bodies)]
+    return [
+        {
+            **body,
+            "completion": body["completion"] + (" so the answer is 4" if i % 2 else " so it is 5"),
+            "answer": "4",
+            "answer_type": "NUMBER",
+        }
+        for i, body in enumerate(bodies)
+    ]
 
 
 def report(results: dict) -> str:
     latency = results["added_latency"]
     latency_rows = [["raw POST /judge", latency["raw"]["p50_ms"], latency["raw"]["p95_ms"], "-"]]
     for name, stats in latency["adapter"].items():
-        latency_rows.append([name, stats["p50_ms"], stats["p95_ms"],
-                             round(stats["p50_ms"] - latency["raw"]["p50_ms"], 2)])
+        latency_rows.append(
+            [name, stats["p50_ms"], stats["p95_ms"], round(stats["p50_ms"] - latency["raw"]["p50_ms"], 2)]
+        )
     throughput = results["throughput"]
     naive = throughput["naive"]["rewards_per_s"]
-    throughput_rows = [[name, row["rewards_per_s"], f"{row['rewards_per_s'] / naive:.2f}x", row["http_requests"],
-                        row["batched_fraction"]] for name, row in throughput.items()]
-    return "\n\n".join([
-        f"## Reward adapter vs a naive client ({results['config']['judge']})",
-        "### Added latency of one reward() (one caller, sequential)",
-        markdown_table(["client", "p50 ms", "p95 ms", "added p50 ms"], latency_rows),
-        f"### Rewards/s with {results['config']['callers']} concurrent callers",
-        markdown_table(["client", "rewards/s", "vs naive", "HTTP requests", "batched fraction"], throughput_rows),
-    ])
+    throughput_rows = [
+        [
+            name,
+            row["rewards_per_s"],
+            f"{row['rewards_per_s'] / naive:.2f}x",
+            row["http_requests"],
+            row["batched_fraction"],
+        ]
+        for name, row in throughput.items()
+    ]
+    return "\n\n".join(
+        [
+            f"## Reward adapter vs a naive client ({results['config']['judge']})",
+            "### Added latency of one reward() (one caller, sequential)",
+            markdown_table(["client", "p50 ms", "p95 ms", "added p50 ms"], latency_rows),
+            f"### Rewards/s with {results['config']['callers']} concurrent callers",
+            markdown_table(["client", "rewards/s", "vs naive", "HTTP requests", "batched fraction"], throughput_rows),
+        ]
+    )
 
 
 def measure(url: str, args, judge: str) -> dict:
@@ -137,8 +168,10 @@ def measure(url: str, args, judge: str) -> dict:
         "config": {"judge": judge, "callers": args.callers, "rewards": args.rewards, "sequential": args.sequential},
         "added_latency": {
             "raw": latency_stats(raw_latencies(url, sequential)),
-            "adapter": {f"adapter, batch_timeout {t}": latency_stats(adapter_latencies(url, sequential, t))
-                        for t in args.batch_timeouts},
+            "adapter": {
+                f"adapter, batch_timeout {t}": latency_stats(adapter_latencies(url, sequential, t))
+                for t in args.batch_timeouts
+            },
         },
         "throughput": {"naive": naive_throughput(url, bodies, args.callers)},
     }
@@ -155,8 +188,13 @@ def main() -> None:
     parser.add_argument("--rewards", type=int, default=512, help="rewards requested in the throughput test")
     parser.add_argument("--sequential", type=int, default=64, help="rewards timed one at a time (added latency)")
     parser.add_argument("--callers", type=int, default=64, help="concurrent caller threads")
-    parser.add_argument("--batch-timeouts", type=float, nargs="+", default=[0.05, 0.0],
-                        help="adapter batch_timeout values to measure (0.05 is the seed's default)")
+    parser.add_argument(
+        "--batch-timeouts",
+        type=float,
+        nargs="+",
+        default=[0.05, 0.0],
+        help="adapter batch_timeout values to measure (0.05 is the seed's default)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default=None, help="result file name (default: adapter_<judge>)")
     args = parser.parse_args()
@@ -167,8 +205,9 @@ def main() -> None:
             server_args = ["--model", str(build_scalar_judge(args.base_model, Path(workdir) / "judge"))]
         else:
             judge, server_args = "rule judge", ["--judge", "rule"]
-        with start_server([*server_args, "--batch-timeout", "0", "--log-level", "warning"],
-                          log_path=Path(workdir) / "server.log") as server:
+        with start_server(
+            [*server_args, "--batch-timeout", "0", "--log-level", "warning"], log_path=Path(workdir) / "server.log"
+        ) as server:
             results = measure(server.url, args, judge)
     name = args.name or ("adapter_scalar" if args.base_model else "adapter_rule")
     paths = write_results(name, results, report(results))

@@ -89,6 +89,7 @@ class Setup:
 
 # --- data --------------------------------------------------------------------------------------------
 
+
 def trainer_order(pairs: int) -> list[int]:
     """The order in which our trainer visits a file of `pairs` pairs on one process: the shuffle of its
     DistributedSampler (seed 0) in epoch 0."""
@@ -102,8 +103,9 @@ def write_subsets(data_dir: Path, setup: Setup, work: Path) -> tuple[Path, Path]
     validates once at the end; nothing here times it)."""
     train = pd.read_parquet(data_dir / "bradley_terry" / "train.parquet")
     if len(train) < setup.pairs:
-        raise SystemExit(f"{data_dir}/bradley_terry/train.parquet has {len(train)} pairs, fewer than "
-                         f"steps x batch = {setup.pairs}")
+        raise SystemExit(
+            f"{data_dir}/bradley_terry/train.parquet has {len(train)} pairs, fewer than steps x batch = {setup.pairs}"
+        )
     val = pd.read_parquet(data_dir / "bradley_terry" / "val.parquet")
     paths = (work / "train.parquet", work / "val.parquet")
     train.head(setup.pairs).to_parquet(paths[0])
@@ -113,37 +115,61 @@ def write_subsets(data_dir: Path, setup: Setup, work: Path) -> tuple[Path, Path]
 
 def conversations_in_trainer_order(train_file: Path) -> list[dict]:
     rows = pd.read_parquet(train_file)
-    return [{"chosen": json.loads(rows.chosen[i]), "rejected": json.loads(rows.rejected[i])}
-            for i in trainer_order(len(rows))]
+    return [
+        {"chosen": json.loads(rows.chosen[i]), "rejected": json.loads(rows.rejected[i])}
+        for i in trainer_order(len(rows))
+    ]
 
 
 def require_within_max_length(setup: Setup, train_file: Path) -> None:
     """Our trainer truncates a longer sequence and TRL drops its pair: the methods would differ in data."""
     from transformers import AutoTokenizer
 
-    from judge_rewards.training.bt_trainer import conversation_token_ids, parse_conversation
+    from training.bt_trainer import conversation_token_ids, parse_conversation
 
     tokenizer = AutoTokenizer.from_pretrained(setup.base_model)
     rows = pd.read_parquet(train_file)
     conversations = [parse_conversation(cell, "pair") for column in ("chosen", "rejected") for cell in rows[column]]
     longest = max(len(ids) for ids in conversation_token_ids(tokenizer, conversations))
     if longest > setup.max_length:
-        raise SystemExit(f"the longest sequence of the pairs has {longest} tokens, more than --max-length "
-                         f"{setup.max_length}; raise --max-length")
+        raise SystemExit(
+            f"the longest sequence of the pairs has {longest} tokens, more than --max-length "
+            f"{setup.max_length}; raise --max-length"
+        )
 
 
 # --- method 1: our trainer, through its launcher -----------------------------------------------------
 
+
 def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path, save_dir: Path) -> dict[str, str]:
     knobs = {
-        "MODEL_PATH": setup.base_model, "TRAIN_FILE": train_file, "VAL_FILE": val_file, "SAVE_DIR": save_dir,
-        "TRAIN_BATCH_SIZE": setup.batch_size, "MICRO_BATCH_SIZE": setup.micro_batch_size,
-        "MAX_LENGTH": setup.max_length, "TRUNCATION": "error", "LR": setup.lr, "TOTAL_EPOCHS": 1,
-        "TOTAL_TRAINING_STEPS": setup.steps, "STRATEGY": strategy, "WEIGHT_DECAY": WEIGHT_DECAY,
-        "WARMUP_STEPS_RATIO": WARMUP_STEPS_RATIO, "CLIP_GRAD": CLIP_GRAD, "LR_SCHEDULER": "cosine",
-        "MARGIN_MODE": "none", "N_GPUS_PER_NODE": 1, "NNODES": 1, "SAVE_FREQ": -1, "TEST_FREQ": -1,
-        "GRADIENT_CHECKPOINTING": "false", "LOGGER": "[console,file]", "EXPORT_DIR": "none", "DEVICE": "cpu",
-        "JUDGE_CPU_DTYPE": "fp32", "OMP_NUM_THREADS": setup.threads,
+        "MODEL_PATH": setup.base_model,
+        "TRAIN_FILE": train_file,
+        "VAL_FILE": val_file,
+        "SAVE_DIR": save_dir,
+        "TRAIN_BATCH_SIZE": setup.batch_size,
+        "MICRO_BATCH_SIZE": setup.micro_batch_size,
+        "MAX_LENGTH": setup.max_length,
+        "TRUNCATION": "error",
+        "LR": setup.lr,
+        "TOTAL_EPOCHS": 1,
+        "TOTAL_TRAINING_STEPS": setup.steps,
+        "STRATEGY": strategy,
+        "WEIGHT_DECAY": WEIGHT_DECAY,
+        "WARMUP_STEPS_RATIO": WARMUP_STEPS_RATIO,
+        "CLIP_GRAD": CLIP_GRAD,
+        "LR_SCHEDULER": "cosine",
+        "MARGIN_MODE": "none",
+        "N_GPUS_PER_NODE": 1,
+        "NNODES": 1,
+        "SAVE_FREQ": -1,
+        "TEST_FREQ": -1,
+        "GRADIENT_CHECKPOINTING": "false",
+        "LOGGER": "[console,file]",
+        "EXPORT_DIR": "none",
+        "DEVICE": "cpu",
+        "JUDGE_CPU_DTYPE": "fp32",
+        "OMP_NUM_THREADS": setup.threads,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     return {key: str(value) for key, value in knobs.items()}
@@ -165,19 +191,27 @@ def steps_from_metrics_file(path: Path) -> list[dict]:
     for line in path.read_text().splitlines():
         data = json.loads(line)["data"]
         if "train/time(s)" in data:
-            steps.append({"time_s": data["train/time(s)"], "real_tokens": round(data["train/real_tokens"]),
-                          "computed_tokens": round(data["train/computed_tokens"])})
+            steps.append(
+                {
+                    "time_s": data["train/time(s)"],
+                    "real_tokens": round(data["train/real_tokens"]),
+                    "computed_tokens": round(data["train/computed_tokens"]),
+                }
+            )
     return steps
 
 
 # --- methods 2 and 3: TRL ----------------------------------------------------------------------------
 
+
 def import_trl():
     try:
         import trl
     except ImportError as err:
-        raise SystemExit("TRL is not installed: pip install -e '.[bench]' (the bench extra pins a TRL that "
-                         "changes nothing else in the stack)") from err
+        raise SystemExit(
+            "TRL is not installed: pip install -e '.[bench]' (the bench extra pins a TRL that "
+            "changes nothing else in the stack)"
+        ) from err
     return trl
 
 
@@ -197,15 +231,31 @@ class CountingCollator:
 
 def trl_config(setup: Setup, output_dir: Path, pad_to_multiple_of: int | None):
     return import_trl().RewardConfig(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, fp16=False, seed=1,
-        model_init_kwargs={"dtype": "float32", "attn_implementation": "sdpa"}, gradient_checkpointing=False,
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=1,
+        model_init_kwargs={"dtype": "float32", "attn_implementation": "sdpa"},
+        gradient_checkpointing=False,
         per_device_train_batch_size=setup.micro_batch_size,
-        gradient_accumulation_steps=setup.batch_size // setup.micro_batch_size, max_steps=setup.steps,
-        max_length=setup.max_length, pad_to_multiple_of=pad_to_multiple_of,
-        optim="adamw_torch", learning_rate=setup.lr, weight_decay=WEIGHT_DECAY, adam_beta1=ADAM_BETAS[0],
-        adam_beta2=ADAM_BETAS[1], max_grad_norm=CLIP_GRAD, lr_scheduler_type="cosine",
+        gradient_accumulation_steps=setup.batch_size // setup.micro_batch_size,
+        max_steps=setup.steps,
+        max_length=setup.max_length,
+        pad_to_multiple_of=pad_to_multiple_of,
+        optim="adamw_torch",
+        learning_rate=setup.lr,
+        weight_decay=WEIGHT_DECAY,
+        adam_beta1=ADAM_BETAS[0],
+        adam_beta2=ADAM_BETAS[1],
+        max_grad_norm=CLIP_GRAD,
+        lr_scheduler_type="cosine",
         warmup_steps=int(setup.steps * WARMUP_STEPS_RATIO),
-        dataloader_num_workers=0, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        dataloader_num_workers=0,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
     )
 
 
@@ -238,11 +288,16 @@ def run_trl(setup: Setup, train_file: Path, work: Path, pad_to_multiple_of: int 
     torch.set_num_threads(setup.threads)
     config = trl_config(setup, work / "trl", pad_to_multiple_of)
     timer = StepTimer()
-    collator = CountingCollator(DataCollatorForPreference(pad_token_id=pad_token_id(setup.base_model),
-                                                          pad_to_multiple_of=pad_to_multiple_of))
-    trainer = InOrderRewardTrainer(model=setup.base_model, args=config, data_collator=collator,
-                                   train_dataset=Dataset.from_list(conversations_in_trainer_order(train_file)),
-                                   callbacks=[timer])
+    collator = CountingCollator(
+        DataCollatorForPreference(pad_token_id=pad_token_id(setup.base_model), pad_to_multiple_of=pad_to_multiple_of)
+    )
+    trainer = InOrderRewardTrainer(
+        model=setup.base_model,
+        args=config,
+        data_collator=collator,
+        train_dataset=Dataset.from_list(conversations_in_trainer_order(train_file)),
+        callbacks=[timer],
+    )
     trainer.train()
     return trl_steps(timer.times, collator.counts, config.gradient_accumulation_steps)
 
@@ -259,17 +314,24 @@ def pad_token_id(model_dir: str) -> int:
 
 def trl_steps(times: list[float], counts: list[tuple[int, int]], micro_batches_per_step: int) -> list[dict]:
     if len(counts) != len(times) * micro_batches_per_step:
-        raise RuntimeError(f"TRL collated {len(counts)} micro-batches for {len(times)} steps of "
-                           f"{micro_batches_per_step}")
+        raise RuntimeError(
+            f"TRL collated {len(counts)} micro-batches for {len(times)} steps of {micro_batches_per_step}"
+        )
     steps = []
     for index, seconds in enumerate(times):
-        step_counts = counts[index * micro_batches_per_step:(index + 1) * micro_batches_per_step]
-        steps.append({"time_s": seconds, "real_tokens": sum(real for real, _ in step_counts),
-                      "computed_tokens": sum(computed for _, computed in step_counts)})
+        step_counts = counts[index * micro_batches_per_step : (index + 1) * micro_batches_per_step]
+        steps.append(
+            {
+                "time_s": seconds,
+                "real_tokens": sum(real for real, _ in step_counts),
+                "computed_tokens": sum(computed for _, computed in step_counts),
+            }
+        )
     return steps
 
 
 # --- results -----------------------------------------------------------------------------------------
+
 
 def summarize(steps: list[dict], warmup_steps: int) -> dict:
     """Throughput over the timed steps; padding share over every step (it does not depend on timing)."""
@@ -303,16 +365,34 @@ def add_ratios_to_trl(results: dict[str, dict]) -> None:
 
 
 def report(results: dict[str, dict], setup: Setup, trl_version: str) -> str:
-    headers = ["method", "steps (timed)", "s / step", "real tokens/s", "processed tokens/s", "padding share",
-               "real tokens/s vs TRL"]
-    rows = [[f"{name}: {METHODS[name]}", f"{r['steps']} ({r['timed_steps']})", f"{r['s_per_step']:.2f}",
-             f"{r['real_tokens_per_s']:.0f}", f"{r['processed_tokens_per_s']:.0f}", f"{r['padding_share']:.1%}",
-             f"{r['real_tokens_per_s_vs_trl']:.2f}x"] for name, r in results.items()]
-    return (f"## Bradley-Terry training throughput: our trainer vs TRL {trl_version} RewardTrainer\n\n"
-            f"{Path(setup.base_model).name}, fp32, {setup.threads} threads; {setup.pairs} pairs of the offline BT "
-            f"train set, {setup.batch_size} pairs per step in micro-batches of {setup.micro_batch_size}, "
-            f"max_length {setup.max_length}, first {setup.warmup_steps} step(s) not timed.\n\n"
-            + markdown_table(headers, rows))
+    headers = [
+        "method",
+        "steps (timed)",
+        "s / step",
+        "real tokens/s",
+        "processed tokens/s",
+        "padding share",
+        "real tokens/s vs TRL",
+    ]
+    rows = [
+        [
+            f"{name}: {METHODS[name]}",
+            f"{r['steps']} ({r['timed_steps']})",
+            f"{r['s_per_step']:.2f}",
+            f"{r['real_tokens_per_s']:.0f}",
+            f"{r['processed_tokens_per_s']:.0f}",
+            f"{r['padding_share']:.1%}",
+            f"{r['real_tokens_per_s_vs_trl']:.2f}x",
+        ]
+        for name, r in results.items()
+    ]
+    return (
+        f"## Bradley-Terry training throughput: our trainer vs TRL {trl_version} RewardTrainer\n\n"
+        f"{Path(setup.base_model).name}, fp32, {setup.threads} threads; {setup.pairs} pairs of the offline BT "
+        f"train set, {setup.batch_size} pairs per step in micro-batches of {setup.micro_batch_size}, "
+        f"max_length {setup.max_length}, first {setup.warmup_steps} step(s) not timed.\n\n"
+        + markdown_table(headers, rows)
+    )
 
 
 def measure(setup: Setup, data_dir: Path) -> dict[str, dict]:
@@ -342,11 +422,17 @@ def parse_setup(args: argparse.Namespace) -> Setup:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-model", required=True, type=Path, help="HF causal LM directory (a 1-label head is added)")
-    parser.add_argument("--data", required=True, type=Path, help="data_prep output holding bradley_terry/{train,val}.parquet")
+    parser.add_argument(
+        "--base-model", required=True, type=Path, help="HF causal LM directory (a 1-label head is added)"
+    )
+    parser.add_argument(
+        "--data", required=True, type=Path, help="data_prep output holding bradley_terry/{train,val}.parquet"
+    )
     parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
     for key, default in DEFAULTS.items():
-        parser.add_argument(f"--{key.replace('_', '-')}", type=int, help=f"default {default} ({SMOKE[key]} with --smoke)")
+        parser.add_argument(
+            f"--{key.replace('_', '-')}", type=int, help=f"default {default} ({SMOKE[key]} with --smoke)"
+        )
     parser.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP_NUM_THREADS of every method")
     parser.add_argument("--name", default="bt_throughput", help="name of the result files")
@@ -357,10 +443,19 @@ def main() -> None:
     trl_version = import_trl().__version__
     load_before = os.getloadavg()
     results = measure(setup, args.data)
-    config = {**asdict(setup), "pairs": setup.pairs, "data": str(args.data), "dtype": "fp32", "trl": trl_version,
-              "load_average_before": load_before, "load_average_after": os.getloadavg(), "methods": METHODS}
-    paths = write_results(args.name, {"config": config, "results": results}, report(results, setup, trl_version),
-                          args.results_dir)
+    config = {
+        **asdict(setup),
+        "pairs": setup.pairs,
+        "data": str(args.data),
+        "dtype": "fp32",
+        "trl": trl_version,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "methods": METHODS,
+    }
+    paths = write_results(
+        args.name, {"config": config, "results": results}, report(results, setup, trl_version), args.results_dir
+    )
     for name, result in results.items():
         print(name, {key: value for key, value in result.items() if key != "per_step"})
     print(f"wrote {paths[0]} and {paths[1]}")

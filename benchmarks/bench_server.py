@@ -25,21 +25,63 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import markdown_table, percentile, write_results
-from data_prep.base_models import build_scalar_judge
-from serving.process import start_server
+from tests.support.models import build_scalar_judge
+from tests.support.servers import start_server
 
-WORDS = ("the answer explains why the result holds and gives each step of the reasoning with care so that "
-         "a reader can check every claim against the question about capitals numbers units and facts").split()
+WORDS = [
+    "the",
+    "answer",
+    "explains",
+    "why",
+    "the",
+    "result",
+    "holds",
+    "and",
+    "gives",
+    "each",
+    "step",
+    "of",
+    "the",
+    "reasoning",
+    "with",
+    "care",
+    "so",
+    "that",
+    "a",
+    "reader",
+    "can",
+    "check",
+    "every",
+    "claim",
+    "against",
+    "the",
+    "question",
+    "about",
+    "capitals",
+    "numbers",
+    "units",
+    "and",
+    "facts",
+]
 BASELINE = "no batching"
-MODES = {BASELINE: ["--no-batching"], "batching, batch_timeout 0.05": [], "batching, batch_timeout 0": ["--batch-timeout", "0"]}
+MODES = {
+    BASELINE: ["--no-batching"],
+    "batching, batch_timeout 0.05": [],
+    "batching, batch_timeout 0": ["--batch-timeout", "0"],
+}
 
 
 def request_bodies(count: int, seed: int) -> list[dict]:
     """Reward requests shaped like RL rollouts: a short prompt and a completion of 20-150 words."""
     rng = random.Random(seed)
-    return [{"prompt": " ".join(rng.choices(WORDS, k=rng.randint(8, 30))),
-             "completion": " ".join(rng.choices(WORDS, k=rng.randint(20, 150))),
-             "request_id": f"bench-{i}"} for i in range(count)]
+    return [
+        {
+            "prompt": " ".join(rng.choices(WORDS, k=rng.randint(8, 30))),
+            "completion": " ".join(rng.choices(WORDS, k=rng.randint(20, 150))),
+            "request_id": f"bench-{i}",
+        }
+        for i in range(count)
+    ]
 
 
 async def closed_loop(url: str, bodies: list[dict], concurrency: int) -> tuple[list[float], float]:
@@ -73,7 +115,9 @@ def model_calls(url: str) -> int:
     raise RuntimeError("the server's /metrics has no judge_batch_size_count")
 
 
-def measure_mode(judge_dir: Path, flags: list[str], bodies: list[dict], levels: list[int], warmup: list[dict]) -> list[dict]:
+def measure_mode(
+    judge_dir: Path, flags: list[str], bodies: list[dict], levels: list[int], warmup: list[dict]
+) -> list[dict]:
     rows = []
     log_path = judge_dir.parent / "server.log"
     with start_server(["--model", str(judge_dir), "--log-level", "warning", *flags], log_path=log_path) as server:
@@ -82,11 +126,18 @@ def measure_mode(judge_dir: Path, flags: list[str], bodies: list[dict], levels: 
             calls_before = model_calls(server.url)
             latencies, wall = asyncio.run(closed_loop(server.url, bodies, concurrency))
             calls = model_calls(server.url) - calls_before
-            rows.append({"concurrency": concurrency, "requests": len(bodies), "wall_s": round(wall, 2),
-                         "requests_per_s": round(len(bodies) / wall, 2),
-                         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
-                         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
-                         "model_calls": calls, "mean_batch_size": round(len(bodies) / calls, 2)})
+            rows.append(
+                {
+                    "concurrency": concurrency,
+                    "requests": len(bodies),
+                    "wall_s": round(wall, 2),
+                    "requests_per_s": round(len(bodies) / wall, 2),
+                    "p50_ms": round(percentile(latencies, 50) * 1000, 1),
+                    "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+                    "model_calls": calls,
+                    "mean_batch_size": round(len(bodies) / calls, 2),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -96,9 +147,17 @@ def report(results: dict[str, list[dict]]) -> str:
     for level, baseline in enumerate(results[BASELINE]):
         for mode, measured in results.items():
             row = measured[level]
-            rows.append([row["concurrency"], mode, row["requests_per_s"],
-                         f"{row['requests_per_s'] / baseline['requests_per_s']:.2f}x", row["p50_ms"], row["p99_ms"],
-                         row["mean_batch_size"]])
+            rows.append(
+                [
+                    row["concurrency"],
+                    mode,
+                    row["requests_per_s"],
+                    f"{row['requests_per_s'] / baseline['requests_per_s']:.2f}x",
+                    row["p50_ms"],
+                    row["p99_ms"],
+                    row["mean_batch_size"],
+                ]
+            )
     headers = ["concurrency", "server", "req/s", "vs no batching", "p50 ms", "p99 ms", "mean batch"]
     return "## Judge server: dynamic batching vs one request at a time\n\n" + markdown_table(headers, rows)
 
@@ -116,8 +175,9 @@ def main() -> None:
     warmup = request_bodies(8, args.seed + 1)
     with tempfile.TemporaryDirectory() as workdir:
         judge_dir = build_scalar_judge(args.base_model, Path(workdir) / "judge")
-        results = {mode: measure_mode(judge_dir, flags, bodies, args.concurrency, warmup)
-                   for mode, flags in MODES.items()}
+        results = {
+            mode: measure_mode(judge_dir, flags, bodies, args.concurrency, warmup) for mode, flags in MODES.items()
+        }
     config = {"base_model": args.base_model, "requests": args.requests, "seed": args.seed}
     paths = write_results(args.name, {"config": config, "results": results}, report(results))
     print(f"wrote {paths[0]} and {paths[1]}")

@@ -16,15 +16,23 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 def machine() -> dict:
     """Where the numbers come from: CPU model and count, memory, library versions, commit."""
-    cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), platform.processor())
-    memory_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                     if line.startswith("MemTotal"))
+    cpu_model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     import torch
     import transformers
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     return {
         "cpu": cpu_model,
         "cores": os.cpu_count(),
@@ -59,9 +67,11 @@ def write_results(name: str, results: dict, markdown: str, out_dir: Path = RESUL
     payload = {"benchmark": name, "command": command_line(), "machine": info, **results}
     json_path = out_dir / f"{name}.json"
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
-    footer = (f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, no GPU; "
-              f"torch {info['torch']}, transformers {info['transformers']}; commit {info['commit']}, {info['date']}.\n"
-              f"Command: `{payload['command']}`\n")
+    footer = (
+        f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, no GPU; "
+        f"torch {info['torch']}, transformers {info['transformers']}; commit {info['commit']}, {info['date']}.\n"
+        f"Command: `{payload['command']}`\n"
+    )
     md_path = out_dir / f"{name}.md"
     md_path.write_text(markdown.rstrip() + "\n" + footer)
     return json_path, md_path

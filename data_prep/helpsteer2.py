@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
@@ -45,16 +45,19 @@ class Sources:
     preference: Iterable[Record]
 
     @classmethod
-    def from_files(cls, train: str | Path, val: str | Path, preference: str | Path) -> "Sources":
+    def from_files(cls, train: str | Path, val: str | Path, preference: str | Path) -> Sources:
         for path in (train, val, preference):
             if not Path(path).is_file():
                 raise FileNotFoundError(f"input file {path} does not exist")
         return cls(read_records(train), read_records(val), read_records(preference))
 
     @classmethod
-    def from_hub(cls, name: str) -> "Sources":
-        return cls(hub_records(name, "train"), hub_records(name, "validation"),
-                   hub_records(name, "train", data_dir="preference"))
+    def from_hub(cls, name: str) -> Sources:
+        return cls(
+            hub_records(name, "train"),
+            hub_records(name, "validation"),
+            hub_records(name, "train", data_dir="preference"),
+        )
 
 
 class PromptFormatError(ValueError):
@@ -92,14 +95,20 @@ def convert(sources: Sources, out_dir: str | Path, config: HelpSteer2Config = He
     preferences = _read_preferences(sources.preference, config, summary)
     for split in outputs.SPLITS:
         chosen_first = [p for p in preferences if p.split == split]
-        summary.add_split(outputs.BRADLEY_TERRY, split, [
-            outputs.bradley_terry_row(p.prompt, p.chosen, p.rejected, abs(p.strength)) for p in chosen_first
-        ])
+        summary.add_split(
+            outputs.BRADLEY_TERRY,
+            split,
+            [outputs.bradley_terry_row(p.prompt, p.chosen, p.rejected, abs(p.strength)) for p in chosen_first],
+        )
         positions = outputs.balanced_positions(len(chosen_first), random.Random(f"{config.seed}/{split}"))
-        summary.add_split(outputs.PAIRWISE, split, [
-            outputs.pairwise_row(DATA_SOURCE_PAIRWISE, p.prompt, p.chosen, p.rejected, chosen_is_a, p.origin)
-            for p, chosen_is_a in zip(chosen_first, positions)
-        ])
+        summary.add_split(
+            outputs.PAIRWISE,
+            split,
+            [
+                outputs.pairwise_row(DATA_SOURCE_PAIRWISE, p.prompt, p.chosen, p.rejected, chosen_is_a, p.origin)
+                for p, chosen_is_a in zip(chosen_first, positions, strict=True)
+            ],
+        )
     return summary.save()
 
 
@@ -116,8 +125,9 @@ def _parsed_prompt(record: Record, summary: outputs.Summary, affected: tuple[str
         return None
 
 
-def _convert_ratings(records: Iterable[Record], split: str, config: HelpSteer2Config,
-                     summary: outputs.Summary) -> tuple[list[dict], list[dict]]:
+def _convert_ratings(
+    records: Iterable[Record], split: str, config: HelpSteer2Config, summary: outputs.Summary
+) -> tuple[list[dict], list[dict]]:
     sft, pointwise = [], []
     for record in records:
         response = record.text("response")
@@ -130,8 +140,9 @@ def _convert_ratings(records: Iterable[Record], split: str, config: HelpSteer2Co
             summary.skip(outputs.POINTWISE, "empty response")
             continue
         origin = outputs.RowOrigin(prompt_id(record.data["prompt"]), _subset(messages), record.where)
-        pointwise.append(outputs.pointwise_row(DATA_SOURCE_POINTWISE, messages, response, scores["helpfulness"],
-                                               origin))
+        pointwise.append(
+            outputs.pointwise_row(DATA_SOURCE_POINTWISE, messages, response, scores["helpfulness"], origin)
+        )
         if scores["correctness"] >= config.sft_min_correctness:
             sft.append(outputs.sft_row(messages, response))
         else:
@@ -149,8 +160,9 @@ class _Preference:
     strength: int
 
 
-def _read_preferences(records: Iterable[Record], config: HelpSteer2Config,
-                      summary: outputs.Summary) -> list[_Preference]:
+def _read_preferences(
+    records: Iterable[Record], config: HelpSteer2Config, summary: outputs.Summary
+) -> list[_Preference]:
     affected = (outputs.BRADLEY_TERRY, outputs.PAIRWISE)
     preferences = []
     for record in records:

@@ -9,15 +9,16 @@ states the fact, the flawed one states the same sentence with the wrong answer.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import Iterator
 
 from data_prep import outputs
 from data_prep.offline_facts import CATEGORIES, Category, Fact, Phrasing
 from data_prep.records import UsageError
-from judge_rewards import rules, templates
+from judge_rewards import rules
+from judge_rewards.protocol import templates
 
 DATA_SOURCE_POINTWISE = "offline/pointwise"
 DATA_SOURCE_PAIRWISE = "offline/pairwise"
@@ -99,7 +100,7 @@ def split_facts(category: Category, config: OfflineConfig) -> dict[str, list[Fac
     random.Random(f"{config.seed}/{category.name}").shuffle(facts)
     n_eval = max(1, round(config.eval_fraction * len(facts)))
     n_val = max(1, round(config.val_fraction * len(facts)))
-    return {EVAL: facts[:n_eval], "val": facts[n_eval:n_eval + n_val], "train": facts[n_eval + n_val:]}
+    return {EVAL: facts[:n_eval], "val": facts[n_eval : n_eval + n_val], "train": facts[n_eval + n_val :]}
 
 
 def _examples(category: str, facts: list[Fact], rng: random.Random) -> Iterator[Example]:
@@ -136,8 +137,14 @@ def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator
         phrasing = rng.choice(fact.phrasings)
         rejected = [fact.statement(phrasing, wrong) for wrong in rng.sample(fact.wrong, FLAWED_PER_EVAL_PROMPT)]
         yield outputs.rb2_row(
-            f"offline/{category}/{fact.key}", fact.question(phrasing), [fact.statement(phrasing, fact.answer)],
-            rejected, [EVAL_MODEL_NAME] * (1 + len(rejected)), category, {"category": category, "fact": fact.key})
+            f"offline/{category}/{fact.key}",
+            fact.question(phrasing),
+            [fact.statement(phrasing, fact.answer)],
+            rejected,
+            [EVAL_MODEL_NAME] * (1 + len(rejected)),
+            category,
+            {"category": category, "fact": fact.key},
+        )
 
 
 def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> outputs.Summary:
@@ -156,17 +163,35 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
 def _add_split(summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random) -> None:
     unique_questions = {(e.category, e.fact.key, e.phrasing): e for e in examples}.values()
     summary.add_split(outputs.SFT, split, [outputs.sft_row(e.question, e.good) for e in unique_questions])
-    summary.add_split(outputs.POLICY, split, [
-        outputs.policy_row(DATA_SOURCE_POLICY, e.question, e.fact.answer, answer_type(e.fact.answer), e.origin)
-        for e in unique_questions])
-    summary.add_split(outputs.BRADLEY_TERRY, split, [
-        outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples])
+    summary.add_split(
+        outputs.POLICY,
+        split,
+        [
+            outputs.policy_row(DATA_SOURCE_POLICY, e.question, e.fact.answer, answer_type(e.fact.answer), e.origin)
+            for e in unique_questions
+        ],
+    )
+    summary.add_split(
+        outputs.BRADLEY_TERRY,
+        split,
+        [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples],
+    )
     scores = [GRADES[i % len(GRADES)] for i in range(len(examples))]
     rng.shuffle(scores)
-    summary.add_split(outputs.POINTWISE, split, [
-        outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, graded_response(e, score, rng), score, e.origin)
-        for e, score in zip(examples, scores)])
+    summary.add_split(
+        outputs.POINTWISE,
+        split,
+        [
+            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, graded_response(e, score, rng), score, e.origin)
+            for e, score in zip(examples, scores, strict=True)
+        ],
+    )
     positions = outputs.balanced_positions(len(examples), rng)
-    summary.add_split(outputs.PAIRWISE, split, [
-        outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin)
-        for e, chosen_is_a in zip(examples, positions)])
+    summary.add_split(
+        outputs.PAIRWISE,
+        split,
+        [
+            outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin)
+            for e, chosen_is_a in zip(examples, positions, strict=True)
+        ],
+    )

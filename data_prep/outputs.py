@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 
 SFT = "sft"
 BRADLEY_TERRY = "bradley_terry"
@@ -39,26 +39,30 @@ POLICY_REWARD_STYLE = "model"  # a judge model scores the policy's answer (judge
 _MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 SFT_SCHEMA = pa.schema([("messages", _MESSAGES)])
 BRADLEY_TERRY_SCHEMA = pa.schema([("chosen", pa.string()), ("rejected", pa.string()), ("margin", pa.float64())])
-EXTRA_INFO = pa.struct([
-    ("split", pa.string()),
-    ("index", pa.int64()),
-    ("prompt_id", pa.string()),
-    ("subset", pa.string()),
-    ("source", pa.string()),
-])
+EXTRA_INFO = pa.struct(
+    [
+        ("split", pa.string()),
+        ("index", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("subset", pa.string()),
+        ("source", pa.string()),
+    ]
+)
 # What judge_rewards.verl_reward reads: the prompt (verl does not pass it to a reward function) and the
 # reference answer's type (for the rule fallback; the answer itself is the ground truth).
 POLICY_EXTRA_INFO = pa.struct([*EXTRA_INFO, ("question", pa.string()), ("answer_type", pa.string())])
 
 
 def _rl_schema(extra_info: pa.StructType) -> pa.Schema:
-    return pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", _MESSAGES),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        ("extra_info", extra_info),
-    ])
+    return pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", _MESSAGES),
+            ("ability", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            ("extra_info", extra_info),
+        ]
+    )
 
 
 GRPO_SCHEMA = _rl_schema(EXTRA_INFO)
@@ -103,17 +107,24 @@ def bradley_terry_row(prompt: templates.Conversation, chosen: str, rejected: str
     }
 
 
-def pointwise_row(data_source: str, prompt: templates.Conversation, response: str, score: int,
-                  origin: RowOrigin) -> dict:
-    return _grpo_row(data_source, templates.pointwise_messages(prompt, response),
-                     templates.pointwise_ground_truth(score), origin)
+def pointwise_row(
+    data_source: str, prompt: templates.Conversation, response: str, score: int, origin: RowOrigin
+) -> dict:
+    return _grpo_row(
+        data_source, templates.pointwise_messages(prompt, response), templates.pointwise_ground_truth(score), origin
+    )
 
 
-def pairwise_row(data_source: str, prompt: templates.Conversation, chosen: str, rejected: str,
-                 chosen_is_a: bool, origin: RowOrigin) -> dict:
+def pairwise_row(
+    data_source: str, prompt: templates.Conversation, chosen: str, rejected: str, chosen_is_a: bool, origin: RowOrigin
+) -> dict:
     a, b = (chosen, rejected) if chosen_is_a else (rejected, chosen)
-    return _grpo_row(data_source, templates.pairwise_messages(prompt, a, b),
-                     templates.pairwise_ground_truth("A" if chosen_is_a else "B"), origin)
+    return _grpo_row(
+        data_source,
+        templates.pairwise_messages(prompt, a, b),
+        templates.pairwise_ground_truth("A" if chosen_is_a else "B"),
+        origin,
+    )
 
 
 def _grpo_row(data_source: str, messages: list[dict], ground_truth: str, origin: RowOrigin) -> dict:
@@ -133,8 +144,13 @@ def policy_row(data_source: str, question: str, answer: str, answer_type: str, o
         "prompt": templates.as_messages(question),
         "ability": POLICY_ABILITY,
         "reward_model": {"style": POLICY_REWARD_STYLE, "ground_truth": answer},
-        "extra_info": {"prompt_id": origin.prompt_id, "subset": origin.subset, "source": origin.source,
-                       "question": question, "answer_type": answer_type},
+        "extra_info": {
+            "prompt_id": origin.prompt_id,
+            "subset": origin.subset,
+            "source": origin.source,
+            "question": question,
+            "answer_type": answer_type,
+        },
     }
 
 
@@ -145,8 +161,15 @@ def balanced_positions(count: int, rng: random.Random) -> list[bool]:
     return flags
 
 
-def rb2_row(row_id: str, prompt: str, chosen: Sequence[str], rejected: Sequence[str], models: Sequence[str],
-            subset: str, additional_metadata: dict | None) -> dict:
+def rb2_row(
+    row_id: str,
+    prompt: str,
+    chosen: Sequence[str],
+    rejected: Sequence[str],
+    models: Sequence[str],
+    subset: str,
+    additional_metadata: dict | None,
+) -> dict:
     return {
         "id": row_id,
         "prompt": prompt,
@@ -184,8 +207,10 @@ class Summary:
     def add_split(self, dataset: str, split: str, rows: list[dict]) -> None:
         """One split of sft, bradley_terry, a GRPO or the policy dataset; RL rows get `split` and `index` here."""
         if dataset in RL_SCHEMAS:
-            rows = [{**row, "extra_info": {"split": split, "index": index, **row["extra_info"]}}
-                    for index, row in enumerate(rows)]
+            rows = [
+                {**row, "extra_info": {"split": split, "index": index, **row["extra_info"]}}
+                for index, row in enumerate(rows)
+            ]
             schema = RL_SCHEMAS[dataset]
         else:
             schema = {SFT: SFT_SCHEMA, BRADLEY_TERRY: BRADLEY_TERRY_SCHEMA}[dataset]
@@ -194,7 +219,7 @@ class Summary:
     def add_eval(self, rows: list[dict]) -> None:
         self.tables[EVAL_FILE] = _rb2_table(rows)
 
-    def save(self) -> "Summary":
+    def save(self) -> Summary:
         for relative_path, table in self.tables.items():
             path = self.out_dir / relative_path
             path.parent.mkdir(parents=True, exist_ok=True)

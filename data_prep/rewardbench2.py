@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
@@ -36,7 +36,7 @@ class RewardBench2Config:
     seed: int = 0
 
     def __post_init__(self):
-        if not (0 <= self.eval_fraction and 0 <= self.val_fraction and self.eval_fraction + self.val_fraction < 1):
+        if not (self.eval_fraction >= 0 and self.val_fraction >= 0 and self.eval_fraction + self.val_fraction < 1):
             raise UsageError("eval and val fractions must be >= 0 and leave some prompts for training")
         if self.pointwise_rejected < 1 or self.pairwise_rejected < 1:
             raise UsageError("at least one rejected answer per prompt is needed")
@@ -56,8 +56,9 @@ def records_from(path: str | Path | None = None, hub: str | None = None) -> Iter
     return read_records(path) if path is not None else hub_records(hub or HUB_NAME, "test")
 
 
-def convert(records: Iterable[Record], out_dir: str | Path,
-            config: RewardBench2Config = RewardBench2Config()) -> outputs.Summary:
+def convert(
+    records: Iterable[Record], out_dir: str | Path, config: RewardBench2Config = RewardBench2Config()
+) -> outputs.Summary:
     summary = outputs.Summary("rewardbench2", Path(out_dir))
     rows = [_validated(record) for record in records]
     splits = assign_splits(rows, config)
@@ -79,8 +80,14 @@ def _validated(record: Record) -> _Row:
     for name in ("num_correct", "num_incorrect", "total_completions"):
         record.integer(name, 0, 10**6)
     record.text_list("models")
-    row = _Row(record, record.text("id"), record.text("prompt"), record.text_list("chosen"),
-               record.text_list("rejected"), record.text("subset"))
+    row = _Row(
+        record,
+        record.text("id"),
+        record.text("prompt"),
+        record.text_list("chosen"),
+        record.text_list("rejected"),
+        record.text("subset"),
+    )
     if row.subset != TIES_SUBSET:
         for name in ("chosen", "rejected"):
             if not getattr(row, name):
@@ -120,17 +127,25 @@ def _pointwise_rows(rows: list[_Row], config: RewardBench2Config, rng: random.Ra
     for row in rows:
         graded = [(answer, CHOSEN_SCORE) for answer in row.chosen]
         graded += [(answer, REJECTED_SCORE) for answer in _sample(row.rejected, config.pointwise_rejected, rng)]
-        result += [outputs.pointwise_row(DATA_SOURCE_POINTWISE, row.prompt, answer, score, _origin(row))
-                   for answer, score in graded]
+        result += [
+            outputs.pointwise_row(DATA_SOURCE_POINTWISE, row.prompt, answer, score, _origin(row))
+            for answer, score in graded
+        ]
     return result
 
 
 def _pairwise_rows(rows: list[_Row], config: RewardBench2Config, rng: random.Random) -> list[dict]:
-    pairs = [(row, chosen, rejected) for row in rows for chosen in row.chosen
-             for rejected in _sample(row.rejected, config.pairwise_rejected, rng)]
+    pairs = [
+        (row, chosen, rejected)
+        for row in rows
+        for chosen in row.chosen
+        for rejected in _sample(row.rejected, config.pairwise_rejected, rng)
+    ]
     positions = outputs.balanced_positions(len(pairs), rng)
-    return [outputs.pairwise_row(DATA_SOURCE_PAIRWISE, row.prompt, chosen, rejected, chosen_is_a, _origin(row))
-            for (row, chosen, rejected), chosen_is_a in zip(pairs, positions)]
+    return [
+        outputs.pairwise_row(DATA_SOURCE_PAIRWISE, row.prompt, chosen, rejected, chosen_is_a, _origin(row))
+        for (row, chosen, rejected), chosen_is_a in zip(pairs, positions, strict=True)
+    ]
 
 
 def _sample(answers: list[str], count: int, rng: random.Random) -> list[str]:
@@ -140,6 +155,7 @@ def _sample(answers: list[str], count: int, rng: random.Random) -> list[str]:
 def _eval_row(row: _Row) -> dict:
     """The upstream row as it was (all its columns were validated)."""
     data = row.record.data
-    return {**{name: data[name] for name in outputs.RB2_COLUMNS},
-            "additional_metadata": data.get("additional_metadata")}
-
+    return {
+        **{name: data[name] for name in outputs.RB2_COLUMNS},
+        "additional_metadata": data.get("additional_metadata"),
+    }

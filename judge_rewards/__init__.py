@@ -1,7 +1,7 @@
 """Judge rewards: the judge prompt templates and parsers, GRPO reward functions, rule rewards and the
 client-side reward adapter that turns an RL trainer's reward() calls into batched judge requests.
 
-The adapter's names are exported lazily, so that `import judge_rewards.templates` stays free of httpx."""
+The adapter's names are exported lazily, so that `import judge_rewards.protocol.templates` stays free of httpx."""
 
 _ADAPTER_EXPORTS = {
     "JudgeRewardSystem": "judge_reward_adapter",
@@ -9,7 +9,7 @@ _ADAPTER_EXPORTS = {
     "MultiCritiqueJudge": "judge_reward_adapter",
     "create_judge_reward": "judge_reward_adapter",
     "JudgeUnavailableError": "judge_client",
-    "JudgeItem": "judge_api",
+    "JudgeItem": "protocol.judge_api",
     "JudgeResult": "judge_client",
     "JudgeRewardConfig": "reward_config",
     "ConfigError": "reward_config",

@@ -3,7 +3,7 @@
     custom_reward_function.path=judge_rewards/grpo_rewards.py
     custom_reward_function.name=compute_pointwise_score   (or compute_pairwise_score)
 
-The judge's answer is parsed by `judge_rewards.templates` (strict: one answer tag after the last
+The judge's answer is parsed by `judge_rewards.protocol.templates` (strict: one answer tag after the last
 </think>). A malformed or missing answer is a format failure with the lowest reward, never a
 prediction. A well-formed answer earns its closeness to the label, in [0, 1]:
 
@@ -20,7 +20,7 @@ Every call returns the same numeric keys (REWARD_KEYS), so verl can average each
 
 from __future__ import annotations
 
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 
 FORMAT_FAILURE_REWARD = -1.0
 MISSING_THINK_PENALTY = 0.1
@@ -50,8 +50,10 @@ def _label(ground_truth: str, key: str):
     """The label of a ground truth; a ground truth of the other mode is a data error, not a score."""
     label = templates.read_ground_truth(ground_truth)
     if key not in label:
-        raise ValueError(f"this reward needs a {{{key!r}: ...}} ground truth, got {ground_truth!r}: "
-                         "pointwise and pairwise data are mixed up")
+        raise ValueError(
+            f"this reward needs a {{{key!r}: ...}} ground truth, got {ground_truth!r}: "
+            "pointwise and pairwise data are mixed up"
+        )
     return label[key]
 
 

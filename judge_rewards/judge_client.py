@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx
 
-from . import judge_api
-from .judge_api import JudgeItem
 from .circuit_breaker import CircuitBreaker
+from .protocol import judge_api
+from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
 from .reward_metrics import RewardMetrics
 
@@ -95,13 +95,17 @@ class BatchingJudgeClient:
                 self.metrics.count("deduplicated")
                 return shared
             if self.breaker.rejects_now():
-                return _failed(f"Circuit breaker open: {self.breaker.snapshot()['failures']} consecutive failed batches "
-                               f"to {self.config.judge_url}; one probe batch goes out {self.config.circuit_breaker_timeout}s "
-                               f"after the circuit opened")
+                return _failed(
+                    f"Circuit breaker open: {self.breaker.snapshot()['failures']} consecutive failed batches "
+                    f"to {self.config.judge_url}; one probe batch goes out {self.config.circuit_breaker_timeout}s "
+                    f"after the circuit opened"
+                )
             if self.metrics.queue_size >= self.config.max_queue_size:
                 self.metrics.count("rejected_queue_full")
-                return _failed(f"Request queue full: {self.metrics.queue_size} requests waiting or in flight "
-                               f"(max_queue_size={self.config.max_queue_size})")
+                return _failed(
+                    f"Request queue full: {self.metrics.queue_size} requests waiting or in flight "
+                    f"(max_queue_size={self.config.max_queue_size})"
+                )
             future = concurrent.futures.Future()
             self._in_flight[key] = future
             self.metrics.queue_changed(+1)
@@ -157,8 +161,10 @@ class BatchingJudgeClient:
                 self.metrics.queue_changed(-1)
 
     async def _serve(self) -> None:
-        limits = httpx.Limits(max_connections=self.config.max_concurrent_requests,
-                              max_keepalive_connections=self.config.max_concurrent_requests)
+        limits = httpx.Limits(
+            max_connections=self.config.max_concurrent_requests,
+            max_keepalive_connections=self.config.max_concurrent_requests,
+        )
         async with httpx.AsyncClient(timeout=self.config.timeout, limits=limits, headers=self._headers) as http:
             slots = asyncio.Semaphore(self.config.max_concurrent_requests)
             running: set[asyncio.Task] = set()
@@ -207,18 +213,26 @@ class BatchingJudgeClient:
             _fail_all(batch, "judge client is closed")
             return
         if not self.breaker.try_acquire():
-            _fail_all(batch, "Circuit breaker open: the judge is not answering; this batch was not sent "
-                             f"(probe after {self.config.circuit_breaker_timeout}s)")
+            _fail_all(
+                batch,
+                "Circuit breaker open: the judge is not answering; this batch was not sent "
+                f"(probe after {self.config.circuit_breaker_timeout}s)",
+            )
             return
         self.metrics.batch_sent(len(batch))
         try:
-            body = await self._post_with_retries(http, {"requests": [p.request.request_body(p.request_id) for p in batch]})
+            body = await self._post_with_retries(
+                http, {"requests": [p.request.request_body(p.request_id) for p in batch]}
+            )
             responses = _responses_by_request_id(body)
         except JudgeUnavailableError as err:
             log.warning("judge batch of %d failed: %s", len(batch), err)
             if self.breaker.record_failure():
-                log.warning("Circuit breaker open after %d consecutive failed batches; requests fail fast for %.1fs",
-                            self.breaker.snapshot()["failures"], self.config.circuit_breaker_timeout)
+                log.warning(
+                    "Circuit breaker open after %d consecutive failed batches; requests fail fast for %.1fs",
+                    self.breaker.snapshot()["failures"],
+                    self.config.circuit_breaker_timeout,
+                )
             _fail_all(batch, str(err))
             return
         if self.breaker.record_success():
@@ -235,7 +249,9 @@ class BatchingJudgeClient:
             except httpx.TransportError as err:
                 failure = f"cannot reach the judge at {self.config.judge_url}: {type(err).__name__}: {err}"
             except httpx.RequestError as err:
-                raise JudgeUnavailableError(f"judge request failed: {type(err).__name__}: {err} (not retried)") from None
+                raise JudgeUnavailableError(
+                    f"judge request failed: {type(err).__name__}: {err} (not retried)"
+                ) from None
             else:
                 if response.status_code < 400:
                     return _json_body(response)
@@ -268,7 +284,9 @@ def _json_body(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         raise JudgeUnavailableError(
-            f"judge returned a body that is not JSON (HTTP {response.status_code}): {judge_api.excerpt(response.text)!r}") from None
+            f"judge returned a body that is not JSON (HTTP {response.status_code}): "
+            f"{judge_api.excerpt(response.text)!r}"
+        ) from None
 
 
 def _responses_by_request_id(body: Any) -> dict[str, dict]:
@@ -283,11 +301,17 @@ def _deliver(batch: list[_Pending], responses: dict[str, dict]) -> None:
     for pending in batch:
         answer = judge_api.item_answer(responses.get(pending.request_id), pending.request_id)
         if answer.error is not None:
-            _settle(pending.future, error=JudgeUnavailableError(
-                f"judge could not score request {pending.request_id}: {answer.error}", pending.request_id))
+            _settle(
+                pending.future,
+                error=JudgeUnavailableError(
+                    f"judge could not score request {pending.request_id}: {answer.error}", pending.request_id
+                ),
+            )
         else:
-            _settle(pending.future, result=JudgeResult(answer.score, pending.request_id, answer.explanation,
-                                                       answer.detailed_scores))
+            _settle(
+                pending.future,
+                result=JudgeResult(answer.score, pending.request_id, answer.explanation, answer.detailed_scores),
+            )
 
 
 def _fail_all(batch: list[_Pending], message: str) -> None:
@@ -295,7 +319,9 @@ def _fail_all(batch: list[_Pending], message: str) -> None:
         _settle(pending.future, error=JudgeUnavailableError(message, pending.request_id))
 
 
-def _settle(future: concurrent.futures.Future, result: JudgeResult | None = None, error: Exception | None = None) -> None:
+def _settle(
+    future: concurrent.futures.Future, result: JudgeResult | None = None, error: Exception | None = None
+) -> None:
     try:
         if error is not None:
             future.set_exception(error)

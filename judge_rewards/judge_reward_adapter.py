@@ -17,13 +17,14 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from cachetools import LRUCache
 
 from . import rules
-from .judge_api import JudgeItem
 from .judge_client import BatchingJudgeClient, JudgeResult, JudgeUnavailableError
+from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
 from .reward_metrics import RewardMetrics
 
@@ -96,7 +97,8 @@ class BaseJudgeReward:
         except concurrent.futures.TimeoutError:
             raise JudgeUnavailableError(
                 f"Timeout waiting for results: no judge answer within {self._client.result_timeout:.1f}s "
-                f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load") from None
+                f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load"
+            ) from None
 
     def get_metrics(self) -> dict:
         metrics = self._metrics.snapshot()
@@ -159,14 +161,28 @@ def rule_fallback(request: JudgeItem, err: JudgeUnavailableError) -> dict:
     try:
         rule = rules.score_answer(request.completion, request.answer, request.answer_type)
     except ValueError as rule_error:
-        raise JudgeUnavailableError(f"{err}; the rule fallback cannot score it either: {rule_error}", err.request_id) from err
-    return {"reward": rule.score, "source": SOURCE_RULE_FALLBACK, "explanation": rule.explanation,
-            "request_id": err.request_id, "error": str(err), "detailed_scores": None}
+        raise JudgeUnavailableError(
+            f"{err}; the rule fallback cannot score it either: {rule_error}", err.request_id
+        ) from err
+    return {
+        "reward": rule.score,
+        "source": SOURCE_RULE_FALLBACK,
+        "explanation": rule.explanation,
+        "request_id": err.request_id,
+        "error": str(err),
+        "detailed_scores": None,
+    }
 
 
 def _reward_dict(result: JudgeResult, source: str) -> dict:
-    return {"reward": result.score, "source": source, "explanation": result.explanation,
-            "request_id": result.request_id, "error": None, "detailed_scores": result.detailed_scores}
+    return {
+        "reward": result.score,
+        "source": source,
+        "explanation": result.explanation,
+        "request_id": result.request_id,
+        "error": None,
+        "detailed_scores": result.detailed_scores,
+    }
 
 
 class _ThrottledWarning:
@@ -206,7 +222,9 @@ class MultiCritiqueJudge:
         self.judges = [JudgeRewardSystem({**base, "judge_url": url, "fallback_to_rule": False}) for url in judge_urls]
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
-        return self.reward_batch([{"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}])[0]
+        return self.reward_batch(
+            [{"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}]
+        )[0]
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]]) -> list[dict]:
         items = list(items)
@@ -223,7 +241,11 @@ class MultiCritiqueJudge:
 
     def _combine(self, item: Mapping[str, Any], answers: list) -> dict:
         rewards = [a for a in answers if isinstance(a, dict)]
-        errors = [f"{judge.config.judge_url}: {a}" for judge, a in zip(self.judges, answers) if not isinstance(a, dict)]
+        errors = [
+            f"{judge.config.judge_url}: {a}"
+            for judge, a in zip(self.judges, answers, strict=True)
+            if not isinstance(a, dict)
+        ]
         if not rewards:
             err = JudgeUnavailableError("no judge answered: " + "; ".join(errors))
             if not self.fallback_to_rule:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -29,33 +30,67 @@ def _setting(default, help: str, env: str | None = None):
 
 @dataclass(frozen=True)
 class JudgeRewardConfig:
-    judge_url: str | None = _setting(None, "base URL of the judge server, e.g. http://judge-host:8888", env="JUDGE_MODEL_URL")
-    api_key: str | None = _setting(None, "sent as `Authorization: Bearer <key>`; none when unset", env="JUDGE_MODEL_API_KEY")
-    use_cache: bool = _setting(True, "keep judge scores of identical (prompt, completion, answer, answer_type) in an LRU cache")
+    judge_url: str | None = _setting(
+        None, "base URL of the judge server, e.g. http://judge-host:8888", env="JUDGE_MODEL_URL"
+    )
+    api_key: str | None = _setting(
+        None, "sent as `Authorization: Bearer <key>`; none when unset", env="JUDGE_MODEL_API_KEY"
+    )
+    use_cache: bool = _setting(
+        True, "keep judge scores of identical (prompt, completion, answer, answer_type) in an LRU cache"
+    )
     cache_size: int = _setting(5000, "most entries in the LRU score cache")
     max_batch_size: int = _setting(16, "most items in one POST /batch_judge", env="JUDGE_MAX_BATCH_SIZE")
     batch_timeout: float = _setting(0.05, "seconds a batch waits for more items after its first one")
-    max_concurrent_requests: int = _setting(32, "most HTTP requests to the judge in flight at once", env="JUDGE_MAX_CONCURRENT")
+    max_concurrent_requests: int = _setting(
+        32, "most HTTP requests to the judge in flight at once", env="JUDGE_MAX_CONCURRENT"
+    )
     timeout: float = _setting(30.0, "seconds one HTTP attempt may take")
-    fallback_to_rule: bool = _setting(True, "score with judge_rewards.rules (source rule_fallback) when the judge cannot answer; "
-                                            "else raise JudgeUnavailableError")
-    max_retries: int = _setting(3, "retries of a batch after a timeout, connection error, 429 or 5xx (exponential backoff with jitter)")
-    circuit_breaker_threshold: int = _setting(5, "consecutive failed batches that open the circuit (requests then fail fast)")
-    circuit_breaker_timeout: float = _setting(30.0, "seconds the circuit stays open before one probe batch is let through")
-    max_queue_size: int = _setting(10_000, "most items waiting or in flight; past it a request fails with 'Request queue full'")
+    fallback_to_rule: bool = _setting(
+        True,
+        "score with judge_rewards.rules (source rule_fallback) when the judge cannot answer; "
+        "else raise JudgeUnavailableError",
+    )
+    max_retries: int = _setting(
+        3, "retries of a batch after a timeout, connection error, 429 or 5xx (exponential backoff with jitter)"
+    )
+    circuit_breaker_threshold: int = _setting(
+        5, "consecutive failed batches that open the circuit (requests then fail fast)"
+    )
+    circuit_breaker_timeout: float = _setting(
+        30.0, "seconds the circuit stays open before one probe batch is let through"
+    )
+    max_queue_size: int = _setting(
+        10_000, "most items waiting or in flight; past it a request fails with 'Request queue full'"
+    )
 
     def __post_init__(self):
-        _check(isinstance(self.judge_url, str) and re.match(r"https?://[^/\s]+", self.judge_url or ""), "judge_url",
-               f"must be an http(s) URL, got {self.judge_url!r}; set it in the config or in JUDGE_MODEL_URL")
-        for name in ("cache_size", "max_batch_size", "max_concurrent_requests", "circuit_breaker_threshold", "max_queue_size"):
+        _check(
+            isinstance(self.judge_url, str) and re.match(r"https?://[^/\s]+", self.judge_url or ""),
+            "judge_url",
+            f"must be an http(s) URL, got {self.judge_url!r}; set it in the config or in JUDGE_MODEL_URL",
+        )
+        for name in (
+            "cache_size",
+            "max_batch_size",
+            "max_concurrent_requests",
+            "circuit_breaker_threshold",
+            "max_queue_size",
+        ):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _check(self.max_retries >= 0, "max_retries", f"must be >= 0, got {self.max_retries}")
         _check(self.batch_timeout >= 0, "batch_timeout", f"must be >= 0, got {self.batch_timeout}")
         _check(self.timeout > 0, "timeout", f"must be > 0, got {self.timeout}")
-        _check(self.circuit_breaker_timeout >= 0, "circuit_breaker_timeout", f"must be >= 0, got {self.circuit_breaker_timeout}")
+        _check(
+            self.circuit_breaker_timeout >= 0,
+            "circuit_breaker_timeout",
+            f"must be >= 0, got {self.circuit_breaker_timeout}",
+        )
 
     @classmethod
-    def from_mapping(cls, config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> "JudgeRewardConfig":
+    def from_mapping(
+        cls, config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+    ) -> JudgeRewardConfig:
         """The typed config of a `reward.config` mapping, with env references and env variables applied."""
         config = dict(config or {})
         environ = os.environ if environ is None else environ
@@ -153,7 +188,7 @@ def _as_bool(raw: Any) -> bool:
 
 
 def _as_int(raw: Any) -> int:
-    if isinstance(raw, bool) or isinstance(raw, float):
+    if isinstance(raw, bool | float):
         raise TypeError(f"expected an integer, got {type(raw).__name__}")
     if isinstance(raw, str) and not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
         raise ValueError("expected an integer")

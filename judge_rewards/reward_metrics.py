@@ -56,7 +56,11 @@ class RewardMetrics:
             "error_rate": _ratio(counts["judge_failures"], judged),
             "rule_fallbacks": counts["rule_fallbacks"],
             "deduplicated": counts["deduplicated"],
-            "latency": {"p50": _percentile(latencies, 0.50), "p95": _percentile(latencies, 0.95), "count": len(latencies)},
+            "latency": {
+                "p50": _percentile(latencies, 0.50),
+                "p95": _percentile(latencies, 0.95),
+                "count": len(latencies),
+            },
             "current_queue_size": in_queue,
             "rejected_queue_full": counts["rejected_queue_full"],
             "batches_sent": counts["batches_sent"],

@@ -140,9 +140,13 @@ def _score_number(completion: str, reference: str) -> RuleScore:
     if expected is None:
         return _score_math(completion, reference, answer_type=NUMBER)
     boxed = last_boxed(completion)
-    if boxed is not None and _number_value(boxed) is None and not _is_hedge(boxed):
-        if re.search(r"\\[a-zA-Z]|\^|\*|\d\s*[-+]\s*\d", unwrap_latex_text(boxed)):
-            return _score_math(completion, reference, answer_type=NUMBER)
+    if (
+        boxed is not None
+        and _number_value(boxed) is None
+        and not _is_hedge(boxed)
+        and re.search(r"\\[a-zA-Z]|\^|\*|\d\s*[-+]\s*\d", unwrap_latex_text(boxed))
+    ):
+        return _score_math(completion, reference, answer_type=NUMBER)
     found, where = _final_number(completion, boxed)
     if found is None:
         return RuleScore(0.0, f"NUMBER: {where}; reference {reference}", NUMBER)
@@ -230,11 +234,15 @@ def _choice_letter(text: str) -> str | None:
 
 def _stated_choice(statement: str) -> str | None:
     """The choice at the start of an answer statement: "B", "(b) because", "option b", not "I think"."""
-    match = re.match(rf"[\s*\[]*(option\s+|choice\s+|\()?([A-Za-z])\**[\])]?\**(?=$|[\s.,:;!]){_HEDGE}", statement, flags=re.IGNORECASE)
+    match = re.match(
+        rf"[\s*\[]*(option\s+|choice\s+|\()?([A-Za-z])\**[\])]?\**(?=$|[\s.,:;!]){_HEDGE}",
+        statement,
+        flags=re.IGNORECASE,
+    )
     if not match:
         return None
     marked, letter = match.group(1), match.group(2)
-    is_word = letter in "IAa" and re.match(r"\s+[a-z]", statement[match.end():])
+    is_word = letter in "IAa" and re.match(r"\s+[a-z]", statement[match.end() :])
     if not marked and (letter.islower() or is_word):
         return None
     return letter.upper()
@@ -268,7 +276,9 @@ def _score_choice(completion: str, reference: str) -> RuleScore:
     if found is None:
         return RuleScore(0.0, f"MULTIPLE_CHOICE: {where}; reference {expected}", MULTIPLE_CHOICE)
     verdict = "matches" if found == expected else "differs from"
-    return RuleScore(float(found == expected), f"MULTIPLE_CHOICE: {found} ({where}) {verdict} reference {expected}", MULTIPLE_CHOICE)
+    return RuleScore(
+        float(found == expected), f"MULTIPLE_CHOICE: {found} ({where}) {verdict} reference {expected}", MULTIPLE_CHOICE
+    )
 
 
 # ---- BOOLEAN -----------------------------------------------------------------------------------------
@@ -329,7 +339,13 @@ def normalize_text(text: str) -> str:
 def _score_text(completion: str, reference: str, note: str = "TEXT: ") -> RuleScore:
     boxed = last_boxed(completion)
     statement = _answer_statement(completion)
-    candidate, where = (boxed, "boxed") if boxed is not None else (statement, "answer statement") if statement else (completion, "whole completion")
+    candidate, where = (
+        (boxed, "boxed")
+        if boxed is not None
+        else (statement, "answer statement")
+        if statement
+        else (completion, "whole completion")
+    )
     same = normalize_text(candidate) == normalize_text(reference)
     verdict = "matches" if same else "differs from"
     return RuleScore(float(same), f"{note}{where} {candidate[:60]!r} {verdict} reference {reference[:60]!r}", TEXT)

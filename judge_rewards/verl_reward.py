@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from judge_rewards.judge_reward_adapter import SOURCE_CACHE, SOURCE_RULE_FALLBACK, JudgeRewardSystem
 
@@ -34,17 +35,25 @@ _systems: dict[tuple, JudgeRewardSystem] = {}
 _systems_lock = threading.Lock()
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  **judge_config) -> dict:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **judge_config
+) -> dict:
     """The naive reward manager's per-sample call."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **judge_config)[0]
 
 
-def compute_score_batch(data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
-                        extra_infos: Sequence[dict | None], **judge_config) -> list[dict]:
+def compute_score_batch(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[dict | None],
+    **judge_config,
+) -> list[dict]:
     """The batch reward manager's call: all samples of a step go to the judge at once."""
-    items = [_judge_item(source, solution, truth, extra)
-             for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)]
+    items = [
+        _judge_item(source, solution, truth, extra)
+        for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
+    ]
     rewards = reward_system(judge_config).reward_batch(items)
     return [_verl_score(reward) for reward in rewards]
 
@@ -67,9 +76,14 @@ def _judge_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
             f"judge reward: the row of data_source {data_source!r} has no extra_info.{QUESTION_KEY}. verl passes a "
             f"reward function the response and ground truth but not the prompt, so the policy dataset must store "
             f"the prompt (text or a list of {{role, content}} messages) in extra_info.{QUESTION_KEY}; "
-            f"see judge_rewards/README.md")
-    return {"prompt": question, "completion": solution_str, "answer": ground_truth,
-            "answer_type": (extra_info or {}).get(ANSWER_TYPE_KEY)}
+            f"see judge_rewards/README.md"
+        )
+    return {
+        "prompt": question,
+        "completion": solution_str,
+        "answer": ground_truth,
+        "answer_type": (extra_info or {}).get(ANSWER_TYPE_KEY),
+    }
 
 
 def _verl_score(reward: dict) -> dict:

@@ -7,7 +7,8 @@ import logging
 import secrets
 import time
 import uuid
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -37,9 +38,12 @@ class JudgeService(Protocol):
 
 
 def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetrics, lifespan=None) -> FastAPI:
-    app = FastAPI(title="Judge server", version="1.0",
-                  description="Scores (prompt, completion) pairs in [0, 1] with a judge model, for RL rewards.",
-                  lifespan=lifespan)
+    app = FastAPI(
+        title="Judge server",
+        version="1.0",
+        description="Scores (prompt, completion) pairs in [0, 1] with a judge model, for RL rewards.",
+        lifespan=lifespan,
+    )
     started_at = time.monotonic()
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
 
@@ -47,8 +51,11 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
     async def authorize_and_measure(request: Request, call_next):
         started = time.perf_counter()
         if config.api_key and request.url.path not in OPEN_PATHS and not _has_key(request, config.api_key):
-            response = JSONResponse({"detail": "missing or wrong API key: send `Authorization: Bearer <key>`"},
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            response = JSONResponse(
+                {"detail": "missing or wrong API key: send `Authorization: Bearer <key>`"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         else:
             response = await _answer_or_500(request, call_next)
         metrics.observe_request(request.url.path, response.status_code, time.perf_counter() - started)
@@ -63,21 +70,33 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         except (QueueFull, BatcherStopped) as err:
             raise HTTPException(503, str(err)) from err
         metrics.count_verdicts(verdicts)
-        common = {"latency": time.perf_counter() - started, "judge": service.identity.kind,
-                  "model_id": service.identity.model_id}
-        return [JudgeResponse.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids)]
+        common = {
+            "latency": time.perf_counter() - started,
+            "judge": service.identity.kind,
+            "model_id": service.identity.model_id,
+        }
+        return [JudgeResponse.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
 
-    @app.post("/judge", response_model=JudgeResponse,
-              summary="Judge one completion (a failed judgement has score null and an error)")
+    @app.post(
+        "/judge",
+        response_model=JudgeResponse,
+        summary="Judge one completion (a failed judgement has score null and an error)",
+    )
     async def judge(request: JudgeRequest) -> JudgeResponse:
         return (await judge_requests([request]))[0]
 
-    @app.post("/batch_judge", response_model=BatchJudgeResponse,
-              summary="Judge many completions; each response carries its request_id, in request order")
+    @app.post(
+        "/batch_judge",
+        response_model=BatchJudgeResponse,
+        summary="Judge many completions; each response carries its request_id, in request order",
+    )
     async def batch_judge(batch: BatchJudgeRequest) -> BatchJudgeResponse:
         if len(batch.requests) > config.max_batch_requests:
-            raise HTTPException(413, f"{len(batch.requests)} requests in one batch; the limit is "
-                                     f"{config.max_batch_requests} (--max-batch-requests)")
+            raise HTTPException(
+                413,
+                f"{len(batch.requests)} requests in one batch; the limit is "
+                f"{config.max_batch_requests} (--max-batch-requests)",
+            )
         _check_unique_ids(batch.requests)
         return BatchJudgeResponse(responses=await judge_requests(batch.requests))
 
@@ -85,11 +104,18 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
     async def health() -> HealthResponse:
         identity = service.identity
         return HealthResponse(
-            status="ok", model_loaded=True, replica=service.replica, judge_kind=identity.kind,
-            backend=identity.backend, model_id=identity.model_id, model_version=identity.model_version,
+            status="ok",
+            model_loaded=True,
+            replica=service.replica,
+            judge_kind=identity.kind,
+            backend=identity.backend,
+            model_id=identity.model_id,
+            model_version=identity.model_version,
             queue_depth=service.queue_depth,
-            max_batch_size=config.max_batch_size, batch_timeout=config.batch_timeout,
-            batches_run=metrics.batches_run, judgements_answered=metrics.judgements_answered,
+            max_batch_size=config.max_batch_size,
+            batch_timeout=config.batch_timeout,
+            batches_run=metrics.batches_run,
+            judgements_answered=metrics.judgements_answered,
             uptime_s=time.monotonic() - started_at,
         )
 
@@ -118,8 +144,9 @@ def _check_text_sizes(requests: Sequence[JudgeRequest], max_chars: int) -> None:
         for name, text in request.texts().items():
             if len(text) > max_chars:
                 where = f"requests[{index}].{name}" if len(requests) > 1 else name
-                raise HTTPException(413, f"{where} has {len(text)} characters; "
-                                         f"the limit is {max_chars} (--max-text-chars)")
+                raise HTTPException(
+                    413, f"{where} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"
+                )
 
 
 def _check_unique_ids(requests: Sequence[JudgeRequest]) -> None:
@@ -128,8 +155,11 @@ def _check_unique_ids(requests: Sequence[JudgeRequest]) -> None:
         if request.request_id is None:
             continue
         if request.request_id in seen:
-            raise HTTPException(422, f"requests[{index}].request_id {request.request_id!r} repeats an earlier one; "
-                                     "request ids must be unique within a batch")
+            raise HTTPException(
+                422,
+                f"requests[{index}].request_id {request.request_id!r} repeats an earlier one; "
+                "request ids must be unique within a batch",
+            )
         seen.add(request.request_id)
 
 

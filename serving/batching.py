@@ -7,9 +7,9 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .judges import JudgeItem, Verdict
 
@@ -56,8 +56,14 @@ class DynamicBatcher:
     """Collects up to `max_batch_size` judgements, waiting at most `batch_timeout` seconds after the
     oldest one arrived, and runs each batch on a single model worker thread."""
 
-    def __init__(self, score_batch: ScoreBatch, max_batch_size: int, batch_timeout: float, max_queue_size: int,
-                 on_batch: BatchObserver):
+    def __init__(
+        self,
+        score_batch: ScoreBatch,
+        max_batch_size: int,
+        batch_timeout: float,
+        max_queue_size: int,
+        on_batch: BatchObserver,
+    ):
         self._score_batch = score_batch
         self._max_batch_size = max_batch_size
         self._batch_timeout = batch_timeout
@@ -92,8 +98,10 @@ class DynamicBatcher:
         if self._task is None or self._task.done():
             raise BatcherStopped("the judge server is not running")
         if self._unanswered + len(items) > self._max_queue_size:
-            raise QueueFull(f"{self._unanswered} judgements are queued; {len(items)} more would exceed "
-                            f"--max-queue-size {self._max_queue_size}")
+            raise QueueFull(
+                f"{self._unanswered} judgements are queued; {len(items)} more would exceed "
+                f"--max-queue-size {self._max_queue_size}"
+            )
         loop = asyncio.get_running_loop()
         pending = [_Pending(item, loop.create_future(), time.monotonic()) for item in items]
         self._unanswered += len(pending)
@@ -113,10 +121,11 @@ class DynamicBatcher:
             if not batch:
                 continue
             started = time.monotonic()
-            verdicts = await loop.run_in_executor(self._worker, score_isolating_failures, self._score_batch,
-                                                  [p.item for p in batch])
+            verdicts = await loop.run_in_executor(
+                self._worker, score_isolating_failures, self._score_batch, [p.item for p in batch]
+            )
             self._on_batch(len(batch), time.monotonic() - started)
-            for pending, verdict in zip(batch, verdicts):
+            for pending, verdict in zip(batch, verdicts, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(verdict)
 
@@ -138,4 +147,3 @@ class DynamicBatcher:
             if not pending.future.done():
                 batch.append(pending)
         return batch
-

@@ -28,28 +28,40 @@ class JudgeConfig:
     """Which judge to load and how to run it."""
 
     model: str | None = option(None, "judge model directory (HF format, judge.json beside it); not for --judge rule")
-    judge: str | None = option(None, "judge kind; default: the model's judge.json, else its config's architectures",
-                               choices=JUDGE_CHOICES)
-    backend: str = option("transformers", "engine of a generative judge; vllm needs a GPU and vLLM 0.11 (`gpu` extra)",
-                          choices=BACKEND_CHOICES)
+    judge: str | None = option(
+        None, "judge kind; default: the model's judge.json, else its config's architectures", choices=JUDGE_CHOICES
+    )
+    backend: str = option(
+        "transformers",
+        "engine of a generative judge; vllm needs a GPU and vLLM 0.11 (`gpu` extra)",
+        choices=BACKEND_CHOICES,
+    )
     device: str = option("auto", "torch device of the transformers backend: auto (cuda when available), cpu, cuda:1")
     dtype: str = option("auto", "weights dtype; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPE_CHOICES)
     max_input_tokens: int = option(4096, "longest judge input in tokens; a longer one is an error, never truncated")
     max_padding_fraction: float = option(
-        0.25, "transformers backend: most padding a forward pass may carry (share of its tokens); texts of other "
-              "lengths go to another pass of the same batch")
+        0.25,
+        "transformers backend: most padding a forward pass may carry (share of its tokens); texts of other "
+        "lengths go to another pass of the same batch",
+    )
     max_new_tokens: int = option(512, "generative judge: most tokens generated per judgement")
     temperature: float = option(0.0, "generative judge: sampling temperature; 0 is greedy decoding")
     top_p: float = option(1.0, "generative judge: nucleus sampling mass (with temperature > 0)")
     seed: int = option(0, "seed of the sampling random number generator")
     reference_from_answer: bool = option(
-        False, "generative judge: show the request's `answer` to the judge as a reference answer (only for judges "
-               "trained with references)")
+        False,
+        "generative judge: show the request's `answer` to the judge as a reference answer (only for judges "
+        "trained with references)",
+    )
     gpu_memory_utilization: float = option(0.9, "vllm backend: share of the GPU memory vLLM may take")
-    model_id: str | None = option(None, "model id in /health and in every response; default: the model directory's name")
+    model_id: str | None = option(
+        None, "model id in /health and in every response; default: the model directory's name"
+    )
     model_version: str | None = option(
-        None, "model version reported by /health; default: a fingerprint of judge.json, config.json and the names and "
-              "sizes of the weight files")
+        None,
+        "model version reported by /health; default: a fingerprint of judge.json, config.json and the names and "
+        "sizes of the weight files",
+    )
 
     def __post_init__(self):
         require(self.judge == "rule" or bool(self.model), "--model is required unless --judge rule")
@@ -72,8 +84,12 @@ class ServingConfig:
     max_batch_requests: int = option(1024, "most requests in one /batch_judge call")
     max_text_chars: int = option(200_000, "longest prompt, completion or answer in characters")
     max_body_bytes: int = option(64 * 1024 * 1024, "largest request body in bytes")
-    api_key: str | None = option(None, f"when set, every route but /health needs `Authorization: Bearer <key>`; "
-                                        f"default: env {API_KEY_ENV}", env=API_KEY_ENV, secret=True)
+    api_key: str | None = option(
+        None,
+        f"when set, every route but /health needs `Authorization: Bearer <key>`; default: env {API_KEY_ENV}",
+        env=API_KEY_ENV,
+        secret=True,
+    )
 
     def __post_init__(self):
         if self.no_batching:
@@ -110,8 +126,13 @@ def add_arguments(parser: argparse.ArgumentParser, config_class: type) -> None:
             continue
         if item.default is not None and not item.metadata.get("secret"):
             help_text += f" (default: {item.default})"
-        group.add_argument(flag, type=_scalar_type(hints[item.name]), default=item.default,
-                           choices=item.metadata.get("choices"), help=help_text)
+        group.add_argument(
+            flag,
+            type=_scalar_type(hints[item.name]),
+            default=item.default,
+            choices=item.metadata.get("choices"),
+            help=help_text,
+        )
 
 
 def from_arguments(config_class: type, namespace: argparse.Namespace):
@@ -127,8 +148,9 @@ def from_arguments(config_class: type, namespace: argparse.Namespace):
 
 def parse_configs(prog: str, description: str, config_classes: tuple[type, ...], argv=None) -> tuple:
     """One instance per class of `config_classes`, from the command line; a bad value exits with its reason."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for config_class in config_classes:
         add_arguments(parser, config_class)
     namespace = parser.parse_args(argv)

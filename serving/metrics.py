@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -18,18 +18,34 @@ class ServerMetrics:
 
     def __init__(self):
         self.registry = CollectorRegistry()
-        self._requests = Counter("judge_http_requests", "HTTP requests by route and status code",
-                                 ["route", "status"], registry=self.registry)
-        self._request_seconds = Histogram("judge_http_request_seconds", "HTTP request latency by route", ["route"],
-                                          buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._judgements = Counter("judge_judgements", "judgements answered, by outcome (ok: a score; error: no score)",
-                                   ["outcome"], registry=self.registry)
-        self._batch_size = Histogram("judge_batch_size", "judgements per model call", buckets=BATCH_SIZE_BUCKETS,
-                                     registry=self.registry)
-        self._batch_seconds = Histogram("judge_batch_seconds", "duration of one model call (a whole batch)",
-                                        buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._queue_depth = Gauge("judge_queue_depth", "judgements accepted and not answered yet",
-                                  registry=self.registry)
+        self._requests = Counter(
+            "judge_http_requests", "HTTP requests by route and status code", ["route", "status"], registry=self.registry
+        )
+        self._request_seconds = Histogram(
+            "judge_http_request_seconds",
+            "HTTP request latency by route",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._judgements = Counter(
+            "judge_judgements",
+            "judgements answered, by outcome (ok: a score; error: no score)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._batch_size = Histogram(
+            "judge_batch_size", "judgements per model call", buckets=BATCH_SIZE_BUCKETS, registry=self.registry
+        )
+        self._batch_seconds = Histogram(
+            "judge_batch_seconds",
+            "duration of one model call (a whole batch)",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._queue_depth = Gauge(
+            "judge_queue_depth", "judgements accepted and not answered yet", registry=self.registry
+        )
 
     def watch_queue_depth(self, read: Callable[[], int]) -> None:
         self._queue_depth.set_function(read)
@@ -53,8 +69,12 @@ class ServerMetrics:
 
     @property
     def judgements_answered(self) -> int:
-        return int(sum(self.registry.get_sample_value("judge_judgements_total", {"outcome": outcome}) or 0
-                       for outcome in ("ok", "error")))
+        return int(
+            sum(
+                self.registry.get_sample_value("judge_judgements_total", {"outcome": outcome}) or 0
+                for outcome in ("ok", "error")
+            )
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,9 +16,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ray import serve
 
@@ -43,8 +43,9 @@ class RayConfig:
     num_cpus_per_replica: float = option(1.0, "CPUs Ray reserves for each replica")
     num_gpus_per_replica: float = option(0.0, "GPUs Ray reserves for each replica (1 for a GPU judge)")
     max_ongoing_requests: int = option(64, "HTTP requests one replica handles at once (its batches form from these)")
-    ray_address: str = option("local", "`local` starts a private Ray cluster (shut down on exit); `auto` or an "
-                                        "address joins a running one")
+    ray_address: str = option(
+        "local", "`local` starts a private Ray cluster (shut down on exit); `auto` or an address joins a running one"
+    )
     ray_num_cpus: int | None = option(None, "CPUs of the private local cluster; default: all of this machine's")
 
     def __post_init__(self):
@@ -100,13 +101,18 @@ def judge_application(judge_config: JudgeConfig, serving_config: ServingConfig, 
         max_ongoing_requests=ray_config.max_ongoing_requests,
         max_queued_requests=serving_config.max_queue_size,
         # Replicas import this package from the same checkout (no install needed on a local cluster).
-        ray_actor_options={"num_cpus": ray_config.num_cpus_per_replica, "num_gpus": ray_config.num_gpus_per_replica,
-                           "runtime_env": {"env_vars": {"PYTHONPATH": python_path}}},
+        ray_actor_options={
+            "num_cpus": ray_config.num_cpus_per_replica,
+            "num_gpus": ray_config.num_gpus_per_replica,
+            "runtime_env": {"env_vars": {"PYTHONPATH": python_path}},
+        },
     ).bind(judge_config, serving_config)
 
 
 def parse_arguments(argv: Sequence[str] | None = None):
-    return parse_configs("python -m serving.ray_serve", __doc__, (JudgeConfig, ServingConfig, HttpConfig, RayConfig), argv)
+    return parse_configs(
+        "python -m serving.ray_serve", __doc__, (JudgeConfig, ServingConfig, HttpConfig, RayConfig), argv
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -115,14 +121,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     judge_config, serving_config, http_config, ray_config = parse_arguments(argv)
     logging.basicConfig(level=http_config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     private_cluster = ray_config.ray_address == "local"
-    ray.init(address=ray_config.ray_address, num_cpus=ray_config.ray_num_cpus if private_cluster else None,
-             include_dashboard=False)
+    ray.init(
+        address=ray_config.ray_address,
+        num_cpus=ray_config.ray_num_cpus if private_cluster else None,
+        include_dashboard=False,
+    )
     try:
         serve.start(http_options={"host": http_config.host, "port": http_config.port})
         serve.run(judge_application(judge_config, serving_config, ray_config), name=APP_NAME, route_prefix="/")
-        print(f"judge server (Ray Serve, {ray_config.replicas} replicas) on http://{http_config.host}:{http_config.port} "
-              f"(max_batch_size {serving_config.max_batch_size}, batch_timeout {serving_config.batch_timeout}s, "
-              f"auth {'on' if serving_config.api_key else 'off'})", flush=True)
+        print(
+            f"judge server (Ray Serve, {ray_config.replicas} replicas) on http://{http_config.host}:{http_config.port} "
+            f"(max_batch_size {serving_config.max_batch_size}, batch_timeout {serving_config.batch_timeout}s, "
+            f"auth {'on' if serving_config.api_key else 'off'})",
+            flush=True,
+        )
         _wait_for_stop_signal()
     finally:
         _bounded(serve.shutdown if private_cluster else lambda: serve.delete(APP_NAME), SHUTDOWN_TIMEOUT_S)

@@ -19,14 +19,20 @@ class ChatMessage(BaseModel):
 
 class JudgeRequest(BaseModel):
     prompt: str | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
-        description="the user prompt, or the conversation before the completion as chat messages")
+        description="the user prompt, or the conversation before the completion as chat messages"
+    )
     completion: str = Field(description="the response to judge")
     answer: str | None = Field(None, description="reference answer (the rule judge needs it)")
     answer_type: str | None = Field(
-        None, description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
-                          "inferred from the answer when absent")
-    request_id: str | None = Field(None, max_length=REQUEST_ID_MAX_CHARS,
-                                   description="echoed in the response; the server generates one when absent")
+        None,
+        description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
+        "inferred from the answer when absent",
+    )
+    request_id: str | None = Field(
+        None,
+        max_length=REQUEST_ID_MAX_CHARS,
+        description="echoed in the response; the server generates one when absent",
+    )
 
     def texts(self) -> dict[str, str]:
         """Every free text of the request, named for error messages."""
@@ -46,16 +52,23 @@ class JudgeResponse(BaseModel):
     score: float | None = Field(description="in [0, 1]; null when this judgement failed (see `error`)")
     request_id: str
     explanation: str = ""
-    metadata: dict[str, Any] = Field(description="latency (seconds, queue + model), batch_size, judge, model_id, "
-                                                 "and judge-specific values such as raw_reward")
+    metadata: dict[str, Any] = Field(
+        description="latency (seconds, queue + model), batch_size, judge, model_id, "
+        "and judge-specific values such as raw_reward"
+    )
     detailed_scores: dict[str, float] | None = Field(None, description="per-aspect scores, for judges that give them")
     error: str | None = Field(None, description="why this judgement has no score; null on success")
 
     @classmethod
-    def of(cls, verdict: Verdict, request_id: str, metadata: dict[str, Any]) -> "JudgeResponse":
-        return cls(score=verdict.score, request_id=request_id, explanation=verdict.explanation,
-                   metadata={**metadata, **verdict.metadata}, detailed_scores=verdict.detailed_scores,
-                   error=verdict.error)
+    def of(cls, verdict: Verdict, request_id: str, metadata: dict[str, Any]) -> JudgeResponse:
+        return cls(
+            score=verdict.score,
+            request_id=request_id,
+            explanation=verdict.explanation,
+            metadata={**metadata, **verdict.metadata},
+            detailed_scores=verdict.detailed_scores,
+            error=verdict.error,
+        )
 
 
 class BatchJudgeRequest(BaseModel):

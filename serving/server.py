@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Sequence
+from collections.abc import Sequence
 
 from .app import build_app
 from .batching import DynamicBatcher
@@ -24,8 +24,13 @@ class LocalJudgeService:
     def __init__(self, judge: Judge, config: ServingConfig, metrics: ServerMetrics):
         self.identity = judge.identity
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
-        self._batcher = DynamicBatcher(judge.score_batch, config.max_batch_size, config.batch_timeout,
-                                       config.max_queue_size, on_batch=metrics.observe_batch)
+        self._batcher = DynamicBatcher(
+            judge.score_batch,
+            config.max_batch_size,
+            config.batch_timeout,
+            config.max_queue_size,
+            on_batch=metrics.observe_batch,
+        )
         metrics.watch_queue_depth(lambda: self._batcher.queue_depth)
 
     @property
@@ -68,8 +73,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     judge = load_or_exit(judge_config)
     app = build_local_app(judge, serving_config)
     identity = judge.identity
-    print(f"judge server: {identity.kind} judge {identity.model_id} ({identity.backend}, version "
-          f"{identity.model_version}) on http://{http_config.host}:{http_config.port} "
-          f"(max_batch_size {serving_config.max_batch_size}, batch_timeout {serving_config.batch_timeout}s, "
-          f"auth {'on' if serving_config.api_key else 'off'})", flush=True)
+    print(
+        f"judge server: {identity.kind} judge {identity.model_id} ({identity.backend}, version "
+        f"{identity.model_version}) on http://{http_config.host}:{http_config.port} "
+        f"(max_batch_size {serving_config.max_batch_size}, batch_timeout {serving_config.batch_timeout}s, "
+        f"auth {'on' if serving_config.api_key else 'off'})",
+        flush=True,
+    )
     uvicorn.run(app, host=http_config.host, port=http_config.port, log_level=http_config.log_level)

@@ -25,6 +25,6 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_scalar_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """An untrained scalar judge on the tiny model, in the BT export format (data_prep.base_models)."""
-    from data_prep.base_models import build_scalar_judge
+    from tests.support.models import build_scalar_judge
 
     return build_scalar_judge(tiny_model_dir, tmp_path_factory.mktemp("tiny_scalar_judge"))

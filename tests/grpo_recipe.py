@@ -1,5 +1,5 @@
 """Helpers of the GRPO recipe tests: run the bash launchers as a user would, and build verl RL parquet in
-the format data_prep writes (prompt built by judge_rewards.templates, JSON ground truth)."""
+the format data_prep writes (prompt built by judge_rewards.protocol.templates, JSON ground truth)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 from tests.conftest import REPO_ROOT
 from tests.launcher_helpers import launcher_env as recipe_env
 
@@ -36,8 +36,9 @@ def launcher_env(**knobs) -> dict[str, str]:
 
 
 def run_launcher(mode: str, *args: str, env: dict[str, str], cwd: Path = GRPO_DIR) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(GRPO_DIR / LAUNCHERS[mode]), *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(GRPO_DIR / LAUNCHERS[mode]), *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=60
+    )
 
 
 def dry_run_commands(result: subprocess.CompletedProcess) -> list[list[str]]:
@@ -58,13 +59,15 @@ def rl_rows(mode: str, split: str, count: int) -> list[dict]:
             a, b = (right, wrong) if index % 2 == 0 else (wrong, right)
             prompt = templates.pairwise_messages(question, a, b)
             ground_truth = templates.pairwise_ground_truth("A" if index % 2 == 0 else "B")
-        rows.append({
-            "data_source": DATA_SOURCE,
-            "prompt": prompt,
-            "ability": "judge",
-            "reward_model": {"style": "rule", "ground_truth": ground_truth},
-            "extra_info": {"split": split, "index": index},
-        })
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": prompt,
+                "ability": "judge",
+                "reward_model": {"style": "rule", "ground_truth": ground_truth},
+                "extra_info": {"split": split, "index": index},
+            }
+        )
     return rows
 
 

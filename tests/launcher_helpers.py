@@ -18,9 +18,27 @@ RECIPES = REPO_ROOT / "cookbooks" / "training_judge_model"
 SFT_LAUNCHER = RECIPES / "sft" / "run_sft_rm.sh"
 BT_LAUNCHER = RECIPES / "bradley-terry" / "run_bt_rm.sh"
 # Knobs a test sets only where it means to: a value in the caller's environment would win over a config file.
-_LAUNCHER_ENV_PREFIXES = ("MODEL_PATH", "TRAIN_", "VAL_", "SAVE_", "MICRO_", "MAX_", "LR", "TOTAL_", "EXPORT_", "DEVICE",
-                          "N_GPUS", "NNODES", "NODE_RANK", "MASTER_", "LOGGER", "STRATEGY", "MARGIN", "TEST_FREQ",
-                          "TRUNCATION")
+_LAUNCHER_ENV_PREFIXES = (
+    "MODEL_PATH",
+    "TRAIN_",
+    "VAL_",
+    "SAVE_",
+    "MICRO_",
+    "MAX_",
+    "LR",
+    "TOTAL_",
+    "EXPORT_",
+    "DEVICE",
+    "N_GPUS",
+    "NNODES",
+    "NODE_RANK",
+    "MASTER_",
+    "LOGGER",
+    "STRATEGY",
+    "MARGIN",
+    "TEST_FREQ",
+    "TRUNCATION",
+)
 
 
 def launcher_env(**knobs) -> dict[str, str]:
@@ -34,10 +52,17 @@ def launcher_env(**knobs) -> dict[str, str]:
     return env
 
 
-def run_launcher(script: Path, *args: str, cwd: Path | None = None, timeout: int = 600,
-                 **knobs) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(script), *args], cwd=cwd or REPO_ROOT, env=launcher_env(**knobs),
-                          capture_output=True, text=True, timeout=timeout)
+def run_launcher(
+    script: Path, *args: str, cwd: Path | None = None, timeout: int = 600, **knobs
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(script), *args],
+        cwd=cwd or REPO_ROOT,
+        env=launcher_env(**knobs),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def logged_metrics(log_text: str) -> dict[int, dict[str, float]]:
@@ -64,8 +89,9 @@ def arithmetic_conversations(count: int, seed: int) -> list[tuple[list[dict], st
     conversations = []
     for _ in range(count):
         a, b = rng.randint(1, 50), rng.randint(1, 50)
-        conversations.append(([{"role": "user", "content": f"What is {a} + {b}?"}], f"The answer is {a + b}.",
-                              "I do not know."))
+        conversations.append(
+            ([{"role": "user", "content": f"What is {a} + {b}?"}], f"The answer is {a + b}.", "I do not know.")
+        )
     return conversations
 
 
@@ -73,10 +99,14 @@ def write_pair_files(out_dir: Path, train: int = 64, val: int = 16) -> tuple[Pat
     """bradley_terry/{train,val}.parquet of arithmetic pairs, with margins 1-3."""
     paths = []
     for split, count, seed in (("train", train, 0), ("val", val, 1)):
-        rows = [{"chosen": json.dumps(prompt + [{"role": "assistant", "content": good}]),
-                 "rejected": json.dumps(prompt + [{"role": "assistant", "content": bad}]),
-                 "margin": float(1 + index % 3)}
-                for index, (prompt, good, bad) in enumerate(arithmetic_conversations(count, seed))]
+        rows = [
+            {
+                "chosen": json.dumps(prompt + [{"role": "assistant", "content": good}]),
+                "rejected": json.dumps(prompt + [{"role": "assistant", "content": bad}]),
+                "margin": float(1 + index % 3),
+            }
+            for index, (prompt, good, bad) in enumerate(arithmetic_conversations(count, seed))
+        ]
         paths.append(out_dir / f"{split}.parquet")
         pd.DataFrame(rows).to_parquet(paths[-1])
     return paths[0], paths[1]
@@ -86,8 +116,10 @@ def write_message_files(out_dir: Path, train: int = 32, val: int = 8) -> tuple[P
     """sft/{train,val}.parquet: `messages` of arithmetic questions with the right answer."""
     paths = []
     for split, count, seed in (("train", train, 0), ("val", val, 1)):
-        rows = [{"messages": prompt + [{"role": "assistant", "content": good}]}
-                for prompt, good, _ in arithmetic_conversations(count, seed)]
+        rows = [
+            {"messages": prompt + [{"role": "assistant", "content": good}]}
+            for prompt, good, _ in arithmetic_conversations(count, seed)
+        ]
         paths.append(out_dir / f"{split}.parquet")
         pd.DataFrame(rows).to_parquet(paths[-1])
     return paths[0], paths[1]

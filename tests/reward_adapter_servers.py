@@ -15,11 +15,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from serving.process import RunningServer, start_server
+from tests.support.servers import RunningServer, start_server
 
 
 def start_rule_server(log_path: Path, *extra_args: str, port: int | None = None) -> RunningServer:
-    """The project's real judge server with its rule judge (serving.process.start_server)."""
+    """The project's real judge server with its rule judge (tests.support.servers.start_server)."""
     return start_server(["--judge", "rule", "--log-level", "warning", *extra_args], log_path, port=port)
 
 
@@ -73,13 +73,19 @@ class FaultyJudgeServer:
         if self.mode == "shapeless":
             return 200, json.dumps({"results": "none"}).encode(), {}
         if self.mode == "status":
-            return self.status, b'{"detail": "failing on purpose"}', {"Retry-After": self.retry_after} if self.retry_after else {}
+            return (
+                self.status,
+                b'{"detail": "failing on purpose"}',
+                {"Retry-After": self.retry_after} if self.retry_after else {},
+            )
         if self.mode == "slow":
             time.sleep(self.delay)
         if self.mode == "hold":
             self.release.wait(30)
-        responses = [{"request_id": r["request_id"], "score": float(r["answer"]) / 1000, "explanation": f"item {r['answer']}"}
-                     for r in requests]
+        responses = [
+            {"request_id": r["request_id"], "score": float(r["answer"]) / 1000, "explanation": f"item {r['answer']}"}
+            for r in requests
+        ]
         if self.mode == "drop_first":
             responses = responses[1:]
         if self.mode == "bad_score":

@@ -1,7 +1,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from judge_rewards.templates import pointwise_messages
+from judge_rewards.protocol.templates import pointwise_messages
 
 
 def test_tiny_model_loads_and_generates(tiny_model_dir):
@@ -9,13 +9,15 @@ def test_tiny_model_loads_and_generates(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert tokenizer.pad_token != tokenizer.eos_token
     assert tokenizer("Hello").input_ids[0] != tokenizer.bos_token_id  # no BOS added
-    ids = tokenizer.apply_chat_template(pointwise_messages("2+2?", "4"), add_generation_prompt=True,
-                                        return_tensors="pt")
+    ids = tokenizer.apply_chat_template(
+        pointwise_messages("2+2?", "4"), add_generation_prompt=True, return_tensors="pt"
+    )
     assert ids.shape[1] < 200  # judge prompts stay short on the tiny tokenizer
     out = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 4 or out[0, -1].item() == tokenizer.eos_token_id
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], tokenize=False
+    )
     assert text == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n"
 
 
@@ -24,4 +26,4 @@ def test_tiny_model_is_deterministic(tmp_path):
 
     a = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "a", seed=3))
     b = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "b", seed=3))
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))

@@ -21,14 +21,36 @@ METHODS = ("bt_trainer", "bt_trainer_fsdp1", "trl", "pad_to_max_length")
 
 @pytest.fixture(scope="module")
 def smoke_results(tiny_model_dir, tmp_path_factory) -> dict:
-    pytest.importorskip("trl", reason="TRL is not installed: the benchmark needs the bench extra (pip install -e '.[bench]')")
+    pytest.importorskip(
+        "trl", reason="TRL is not installed: the benchmark needs the bench extra (pip install -e '.[bench]')"
+    )
     root = tmp_path_factory.mktemp("bench_bt")
-    subprocess.run([sys.executable, "-m", "data_prep", "offline", "--out", str(root / "data")], cwd=REPO_ROOT,
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "data_prep", "offline", "--out", str(root / "data")],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_bt_throughput", "--base-model", str(tiny_model_dir),
-         "--data", str(root / "data"), "--smoke", "--threads", "1", "--results-dir", str(root / "results")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_bt_throughput",
+            "--base-model",
+            str(tiny_model_dir),
+            "--data",
+            str(root / "data"),
+            "--smoke",
+            "--threads",
+            "1",
+            "--results-dir",
+            str(root / "results"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     table = (root / "results" / "bt_throughput.md").read_text()
     assert all(f"| {name}: " in table for name in METHODS), table
@@ -58,6 +80,6 @@ def test_every_method_trains_on_the_same_tokens_and_pads_as_it_claims(smoke_resu
     # Sorting a step's pairs by length before cutting micro-batches never computes more positions than
     # TRL's micro-batches of the same pairs in their order.
     for name in ("bt_trainer", "bt_trainer_fsdp1"):
-        for ours, trl in zip(results[name]["per_step"], results["trl"]["per_step"]):
+        for ours, trl in zip(results[name]["per_step"], results["trl"]["per_step"], strict=True):
             assert ours["computed_tokens"] <= trl["computed_tokens"]
     assert results["bt_trainer"]["padding_share"] < results["pad_to_max_length"]["padding_share"]

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 from torch.distributed.tensor import Replicate, Shard
 
-from judge_rewards.training import bt_trainer, export
+from training import bt_trainer, export
 
 
 def conversation(question: str, answer: str) -> str:
@@ -34,19 +34,28 @@ def data_config(**overrides) -> bt_trainer.PairDataConfig:
     return bt_trainer.PairDataConfig(**{"max_length": 4096, "truncation": "left", "need_margin": False, **overrides})
 
 
-GOOD = {"chosen": conversation("What is 2 + 2?", "It is 4."), "rejected": conversation("What is 2 + 2?", "5."),
-        "margin": 2.0}
+GOOD = {
+    "chosen": conversation("What is 2 + 2?", "It is 4."),
+    "rejected": conversation("What is 2 + 2?", "5."),
+    "margin": 2.0,
+}
 
 
-@pytest.mark.parametrize("row, field, message", [
-    ({**GOOD, "chosen": "not json"}, "chosen", "not valid JSON"),
-    ({**GOOD, "rejected": json.dumps({"role": "user"})}, "rejected", "non-empty JSON list"),
-    ({**GOOD, "chosen": json.dumps([{"role": "robot", "content": "x"}])}, "chosen", "role"),
-    ({**GOOD, "rejected": json.dumps([{"role": "user", "content": "only a question"}])}, "rejected",
-     "last message must be the assistant"),
-    ({**GOOD, "margin": -1.0}, "margin", "finite number >= 0"),
-    ({**GOOD, "margin": float("nan")}, "margin", "finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "row, field, message",
+    [
+        ({**GOOD, "chosen": "not json"}, "chosen", "not valid JSON"),
+        ({**GOOD, "rejected": json.dumps({"role": "user"})}, "rejected", "non-empty JSON list"),
+        ({**GOOD, "chosen": json.dumps([{"role": "robot", "content": "x"}])}, "chosen", "role"),
+        (
+            {**GOOD, "rejected": json.dumps([{"role": "user", "content": "only a question"}])},
+            "rejected",
+            "last message must be the assistant",
+        ),
+        ({**GOOD, "margin": -1.0}, "margin", "finite number >= 0"),
+        ({**GOOD, "margin": float("nan")}, "margin", "finite number >= 0"),
+    ],
+)
 def test_a_bad_row_is_named_by_file_row_and_field(tmp_path, tokenizer, row, field, message):
     path = write_pairs(tmp_path / "pairs.parquet", [GOOD, row])
     with pytest.raises(bt_trainer.PairDataError, match=rf"pairs\.parquet row 1 field {field}: .*{message}"):
@@ -79,7 +88,9 @@ def test_long_sequences_are_truncated_and_counted(tmp_path, tokenizer, truncatio
     cut = bt_trainer.PairDataset(path, tokenizer, data_config(max_length=limit, truncation=truncation))
     assert cut.truncated == [f"{path} row 1 field chosen"]
     expected = full[1][0][-limit:] if truncation == "left" else full[1][0][:limit]
-    assert torch.equal(cut[1][0], expected) and all(torch.equal(a, b) for a, b in zip(cut[0][:2], full[0][:2]))
+    assert torch.equal(cut[1][0], expected) and all(
+        torch.equal(a, b) for a, b in zip(cut[0][:2], full[0][:2], strict=True)
+    )
     assert "1 sequences longer than max_length" in cut.describe()
 
 
@@ -90,7 +101,9 @@ def test_truncation_error_names_the_row(tmp_path, tokenizer):
 
 
 def test_a_sequence_ending_with_the_pad_token_is_refused(tmp_path, tokenizer):
-    path = write_pairs(tmp_path / "pairs.parquet", [{**GOOD, "chosen": conversation("Hi", "bye" + tokenizer.pad_token)}])
+    path = write_pairs(
+        tmp_path / "pairs.parquet", [{**GOOD, "chosen": conversation("Hi", "bye" + tokenizer.pad_token)}]
+    )
     cut_before_template_end = data_config(max_length=4096, truncation="right")
     dataset = bt_trainer.PairDataset(path, tokenizer, cut_before_template_end)
     pad_position = dataset[0][0].tolist().index(tokenizer.pad_token_id)
@@ -115,7 +128,8 @@ def test_losses_for_each_margin_mode():
     plain = [-math.log(1 / (1 + math.exp(-1))), -math.log(1 / (1 + math.exp(1)))]
     assert bt_trainer.bradley_terry_losses(rewards, margins, "none").tolist() == pytest.approx(plain)
     assert bt_trainer.bradley_terry_losses(rewards, margins, "scaled").tolist() == pytest.approx(
-        [3 * plain[0], plain[1]])
+        [3 * plain[0], plain[1]]
+    )
     offset = [-math.log(1 / (1 + math.exp(2))), -math.log(1 / (1 + math.exp(2)))]
     assert bt_trainer.bradley_terry_losses(rewards, margins, "offset").tolist() == pytest.approx(offset)
 

@@ -10,14 +10,15 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-CPU_SITE = REPO_ROOT / "judge_rewards" / "training" / "cpu_site"
+CPU_SITE = REPO_ROOT / "training" / "cpu_site"
 
 
 def run_python(code: str, cpu_mode: bool = True, **env) -> str:
     environment = {**os.environ, **env}
     environment["PYTHONPATH"] = os.pathsep.join(([str(CPU_SITE)] if cpu_mode else []) + [str(REPO_ROOT)])
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environment,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=environment, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -38,23 +39,29 @@ def test_device_functions_backend_and_registry():
 
 
 def test_without_cpu_mode_verl_is_untouched():
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         from verl.utils.device import get_nccl_backend
         from verl.workers.rollout.base import _ROLLOUT_REGISTRY
         print(get_nccl_backend(), ("hf", "sync") in _ROLLOUT_REGISTRY, hasattr(torch.cpu, "empty_cache"))
-    """, cpu_mode=False)
+    """,
+        cpu_mode=False,
+    )
     assert out.split() == ["nccl", "False", "False"]
 
 
 @pytest.mark.parametrize("dtype, expected", [("fp32", "torch.float32"), ("bf16", "torch.bfloat16")])
 def test_cpu_autocast_follows_the_cpu_dtype(dtype, expected):
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         x = torch.ones(2, 2)
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
             print((x @ x).dtype)
-    """, JUDGE_CPU_DTYPE=dtype)
+    """,
+        JUDGE_CPU_DTYPE=dtype,
+    )
     assert out.strip() == expected
 
 
@@ -94,7 +101,7 @@ def test_fsdp1_syncs_cpu_modules_and_sft_trainer_keeps_fp32(tmp_path):
 
 
 def test_install_refuses_a_gpu_machine(monkeypatch):
-    from judge_rewards.training import cpu_compat
+    from training import cpu_compat
 
     monkeypatch.setattr(cpu_compat.os, "listdir", lambda path: ["null", "nvidia0", "nvidiactl"])
     with pytest.raises(RuntimeError, match="GPU"):
@@ -102,7 +109,7 @@ def test_install_refuses_a_gpu_machine(monkeypatch):
 
 
 def test_invalid_cpu_dtype_is_rejected(monkeypatch):
-    from judge_rewards.training import cpu_compat
+    from training import cpu_compat
 
     monkeypatch.setenv("JUDGE_CPU_DTYPE", "fp8")
     with pytest.raises(ValueError, match="fp32 or bf16"):
@@ -124,8 +131,16 @@ def test_sft_loss_is_averaged_over_cpu_ranks(tmp_path):
         dist.destroy_process_group()
     """)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CPU_SITE), str(REPO_ROOT)])}
-    ranks = [subprocess.Popen([sys.executable, "-c", code, str(rank)], env=environment, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(rank)],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     outputs = [rank.communicate(timeout=300) for rank in ranks]
     assert all(rank.returncode == 0 for rank in ranks), [err[-2000:] for _, err in outputs]
     assert [float(out) for out, _ in outputs] == [2.0, 2.0]
@@ -136,21 +151,24 @@ def test_a_module_run_with_python_m_gets_its_patches(tmp_path, entry_points, exp
     """`python -m <module>` (how torchrun starts verl's SFT trainer) runs the module as __main__, where an
     import hook never sees it: modules with an entry point are imported, patched, then their entry called."""
     (tmp_path / "fake_trainer.py").write_text(
-        'STATE = "unpatched"\ndef main():\n    print(STATE)\nif __name__ == "__main__":\n    main()\n')
+        'STATE = "unpatched"\ndef main():\n    print(STATE)\nif __name__ == "__main__":\n    main()\n'
+    )
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
-        from judge_rewards.training import cpu_compat
+    (site / "sitecustomize.py").write_text(
+        textwrap.dedent(f"""
+        from training import cpu_compat
         def patch(module):
             module.STATE = "patched"
         cpu_compat.install({{"fake_trainer": [patch]}}, {entry_points!r})
-    """))
+    """)
+    )
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path), str(REPO_ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "fake_trainer"], env=environment, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "fake_trainer"], env=environment, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == expected
-
 
 
 def test_hf_rollout_gives_each_new_token_its_own_position(tiny_model_dir):

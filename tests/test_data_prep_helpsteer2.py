@@ -8,7 +8,7 @@ import pytest
 
 from data_prep import cli, helpsteer2
 from data_prep.records import DataError, UsageError
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 
 MULTI_TURN = "Hi there\n<extra_id_1>Assistant\nHello! How can I help?\n<extra_id_1>User\nName a primary color."
 MULTI_TURN_MESSAGES = [
@@ -19,14 +19,27 @@ MULTI_TURN_MESSAGES = [
 
 
 def rating(prompt, response, helpfulness, correctness, coherence=4, complexity=1, verbosity=1):
-    return {"prompt": prompt, "response": response, "helpfulness": helpfulness, "correctness": correctness,
-            "coherence": coherence, "complexity": complexity, "verbosity": verbosity}
+    return {
+        "prompt": prompt,
+        "response": response,
+        "helpfulness": helpfulness,
+        "correctness": correctness,
+        "coherence": coherence,
+        "complexity": complexity,
+        "verbosity": verbosity,
+    }
 
 
 def preference(split, prompt, response_1, response_2, strength):
-    return {"split": split, "prompt": prompt, "response_1": response_1, "response_2": response_2,
-            "preference_strength": strength, "preference_statement": "@Response 1 is better.",
-            "preference_elaboration": "Because."}
+    return {
+        "split": split,
+        "prompt": prompt,
+        "response_1": response_1,
+        "response_2": response_2,
+        "preference_strength": strength,
+        "preference_statement": "@Response 1 is better.",
+        "preference_elaboration": "Because.",
+    }
 
 
 TRAIN = [
@@ -82,7 +95,8 @@ def plain(value):
 def test_multi_turn_prompts_become_messages():
     assert helpsteer2.prompt_messages(MULTI_TURN) == MULTI_TURN_MESSAGES
     assert helpsteer2.prompt_messages("Just one turn\nwith two lines") == [
-        {"role": "user", "content": "Just one turn\nwith two lines"}]
+        {"role": "user", "content": "Just one turn\nwith two lines"}
+    ]
     for broken in ("Hi\n<extra_id_1>Robot\nbeep", "Hi\n<extra_id_1>Assistant\nHello", "Hi\n<extra_id_1>User\nAgain"):
         with pytest.raises(helpsteer2.PromptFormatError):
             helpsteer2.prompt_messages(broken)
@@ -96,10 +110,18 @@ def test_sft_keeps_correct_responses_as_message_lists(upstream, tmp_path):
         MULTI_TURN_MESSAGES + [{"role": "assistant", "content": "Red."}],
     ]
     assert [plain(row["messages"]) for row in read(tmp_path / "out", "sft/val.parquet")] == [
-        [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]]
+        [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]
+    ]
     assert summary.skipped[("sft", "correctness below 4")] == 2
-    assert summary.skipped[("sft", "prompt not parsable as turns (a turn marker is not followed by 'User' or "
-                                   "'Assistant' and a newline)")] == 1
+    assert (
+        summary.skipped[
+            (
+                "sft",
+                "prompt not parsable as turns (a turn marker is not followed by 'User' or 'Assistant' and a newline)",
+            )
+        ]
+        == 1
+    )
 
 
 def test_sft_threshold_is_a_setting(upstream, tmp_path):
@@ -110,19 +132,26 @@ def test_sft_threshold_is_a_setting(upstream, tmp_path):
 def test_pointwise_rows_rate_every_response_with_its_helpfulness(upstream, tmp_path):
     convert(upstream, tmp_path / "out")
     rows = read(tmp_path / "out", "grpo/pointwise/train.parquet")
-    expected = [("What is 2+2?", "2+2 is 4.", 4), ("What is 2+2?", "2+2 is 5.", 0),
-                (MULTI_TURN_MESSAGES, "Red.", 3), (MULTI_TURN_MESSAGES, "Purple.", 2)]
+    expected = [
+        ("What is 2+2?", "2+2 is 4.", 4),
+        ("What is 2+2?", "2+2 is 5.", 0),
+        (MULTI_TURN_MESSAGES, "Red.", 3),
+        (MULTI_TURN_MESSAGES, "Purple.", 2),
+    ]
     assert len(rows) == len(expected)
-    for index, (row, (prompt, response, score)) in enumerate(zip(rows, expected)):
+    for index, (row, (prompt, response, score)) in enumerate(zip(rows, expected, strict=True)):
         assert row["data_source"] == "helpsteer2/pointwise"
         assert row["ability"] == "judge"
         assert plain(row["prompt"]) == templates.pointwise_messages(prompt, response)
         assert row["reward_model"] == {"style": "rule", "ground_truth": templates.pointwise_ground_truth(score)}
         raw_prompt = TRAIN[index]["prompt"]
         assert row["extra_info"] == {
-            "split": "train", "index": index, "prompt_id": helpsteer2.prompt_id(raw_prompt),
+            "split": "train",
+            "index": index,
+            "prompt_id": helpsteer2.prompt_id(raw_prompt),
             "subset": "single_turn" if isinstance(prompt, str) else "multi_turn",
-            "source": f"train.jsonl.gz line {index + 1}"}
+            "source": f"train.jsonl.gz line {index + 1}",
+        }
     val = read(tmp_path / "out", "grpo/pointwise/val.parquet")
     assert [templates.read_ground_truth(r["reward_model"]["ground_truth"]) for r in val] == [{"score": 4}]
     assert val[0]["extra_info"]["split"] == "val"
@@ -131,10 +160,13 @@ def test_pointwise_rows_rate_every_response_with_its_helpfulness(upstream, tmp_p
 def test_bradley_terry_orders_pairs_by_the_sign_and_keeps_the_strength(upstream, tmp_path):
     summary = convert(upstream, tmp_path / "out")
     rows = read(tmp_path / "out", "bradley_terry/train.parquet")
-    expected = [("What is 2+2?", "2+2 is 4.", "2+2 is 5.", 2.0), ("Say hi.", "Hi!", "Bye.", 3.0),
-                ("Name a fruit.", "Apple.", "A chair.", 1.0)]
+    expected = [
+        ("What is 2+2?", "2+2 is 4.", "2+2 is 5.", 2.0),
+        ("Say hi.", "Hi!", "Bye.", 3.0),
+        ("Name a fruit.", "Apple.", "A chair.", 1.0),
+    ]
     assert len(rows) == len(expected)
-    for row, (prompt, chosen, rejected, margin) in zip(rows, expected):
+    for row, (prompt, chosen, rejected, margin) in zip(rows, expected, strict=True):
         assert json.loads(row["chosen"]) == templates.conversation_messages(prompt, chosen)
         assert json.loads(row["rejected"]) == templates.conversation_messages(prompt, rejected)
         assert row["margin"] == margin
@@ -159,8 +191,11 @@ def test_thresholds_outside_the_scales_are_refused(settings):
 def test_pairwise_rows_balance_positions_and_label_the_better_one(upstream, tmp_path):
     convert(upstream, tmp_path / "out")
     rows = read(tmp_path / "out", "grpo/pairwise/train.parquet")
-    expected = [("What is 2+2?", "2+2 is 4.", "2+2 is 5."), ("Say hi.", "Hi!", "Bye."),
-                ("Name a fruit.", "Apple.", "A chair.")]
+    expected = [
+        ("What is 2+2?", "2+2 is 4.", "2+2 is 5."),
+        ("Say hi.", "Hi!", "Bye."),
+        ("Name a fruit.", "Apple.", "A chair."),
+    ]
     labels = []
     for row, (prompt, chosen, rejected) in zip(rows, expected, strict=True):
         better = templates.read_ground_truth(row["reward_model"]["ground_truth"])["better"]
@@ -199,8 +234,19 @@ def test_parquet_inputs_convert_like_jsonl(upstream, tmp_path):
 
 
 def test_cli_prints_rows_written_and_skipped(upstream, tmp_path, capsys):
-    cli.main(["helpsteer2", "--train", str(upstream["train"]), "--validation", str(upstream["validation"]),
-              "--preference", str(upstream["preference"]), "--out", str(tmp_path / "out")])
+    cli.main(
+        [
+            "helpsteer2",
+            "--train",
+            str(upstream["train"]),
+            "--validation",
+            str(upstream["validation"]),
+            "--preference",
+            str(upstream["preference"]),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     first_line, *rest = capsys.readouterr().out.splitlines()
     assert first_line == f"helpsteer2: wrote 16 rows under {tmp_path / 'out'}"
     not_turns = "prompt not parsable as turns (a turn marker is not followed by 'User' or 'Assistant' and a newline)"
@@ -222,12 +268,15 @@ def test_cli_prints_rows_written_and_skipped(upstream, tmp_path, capsys):
     ]
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("helpfulness", "x", "train.jsonl.gz line 2: field 'helpfulness' must be an int 0-4, got 'x'"),
-    ("correctness", 5, "train.jsonl.gz line 2: field 'correctness' must be an int 0-4, got 5"),
-    ("verbosity", True, "train.jsonl.gz line 2: field 'verbosity' must be an int 0-4, got True"),
-    ("response", None, "train.jsonl.gz line 2: field 'response' must be a string, got None"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("helpfulness", "x", "train.jsonl.gz line 2: field 'helpfulness' must be an int 0-4, got 'x'"),
+        ("correctness", 5, "train.jsonl.gz line 2: field 'correctness' must be an int 0-4, got 5"),
+        ("verbosity", True, "train.jsonl.gz line 2: field 'verbosity' must be an int 0-4, got True"),
+        ("response", None, "train.jsonl.gz line 2: field 'response' must be a string, got None"),
+    ],
+)
 def test_a_bad_rating_names_file_line_and_field(upstream, tmp_path, field, value, message):
     bad = dict(TRAIN[1], **{field: value})
     write_jsonl_gz(upstream["train"], [TRAIN[0], bad])
@@ -239,17 +288,26 @@ def test_a_bad_rating_names_file_line_and_field(upstream, tmp_path, field, value
 def test_a_missing_field_and_bad_preferences_are_errors(upstream, tmp_path):
     row = {k: v for k, v in TRAIN[0].items() if k != "coherence"}
     write_jsonl_gz(upstream["train"], [row])
-    with pytest.raises(DataError, match=r"^train.jsonl.gz line 1: field 'coherence' must be an int 0-4, "
-                                        r"got nothing \(the field is missing\)$"):
+    with pytest.raises(
+        DataError,
+        match=r"^train.jsonl.gz line 1: field 'coherence' must be an int 0-4, "
+        r"got nothing \(the field is missing\)$",
+    ):
         convert(upstream, tmp_path / "out")
     write_jsonl_gz(upstream["train"], TRAIN)
     write_jsonl_gz(upstream["preference"], [dict(PREFERENCES[0], preference_strength=4)])
-    with pytest.raises(DataError, match=r"^preference.jsonl.gz line 1: field 'preference_strength' must be "
-                                        r"an int from -3 to 3, got 4$"):
+    with pytest.raises(
+        DataError,
+        match=r"^preference.jsonl.gz line 1: field 'preference_strength' must be "
+        r"an int from -3 to 3, got 4$",
+    ):
         convert(upstream, tmp_path / "out")
     write_jsonl_gz(upstream["preference"], [PREFERENCES[0], dict(PREFERENCES[0], split="test")])
-    with pytest.raises(DataError, match=r"^preference.jsonl.gz line 2: field 'split' must be one of 'train', "
-                                        r"'val', got 'test'$"):
+    with pytest.raises(
+        DataError,
+        match=r"^preference.jsonl.gz line 2: field 'split' must be one of 'train', "
+        r"'val', got 'test'$",
+    ):
         convert(upstream, tmp_path / "out")
 
 
@@ -260,8 +318,11 @@ def test_empty_responses_are_skipped_and_counted(upstream, tmp_path):
     assert summary.written["grpo/pointwise/train.parquet"] == 1
     assert summary.written["bradley_terry/train.parquet"] == 1
     assert {key: count for key, count in summary.skipped.items() if "empty" in key[1]} == {
-        ("sft", "empty response"): 1, ("grpo/pointwise", "empty response"): 1,
-        ("bradley_terry", "empty response"): 1, ("grpo/pairwise", "empty response"): 1}
+        ("sft", "empty response"): 1,
+        ("grpo/pointwise", "empty response"): 1,
+        ("bradley_terry", "empty response"): 1,
+        ("grpo/pairwise", "empty response"): 1,
+    }
 
 
 def test_a_bad_row_in_the_last_file_writes_nothing(upstream, tmp_path):
@@ -280,8 +341,19 @@ def test_a_line_that_is_not_json_is_an_error(upstream, tmp_path):
 def test_cli_reports_a_bad_file_without_a_traceback(upstream, tmp_path):
     write_jsonl_gz(upstream["train"], [dict(TRAIN[0], helpfulness="x")])
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["helpsteer2", "--train", str(upstream["train"]), "--validation", str(upstream["validation"]),
-                  "--preference", str(upstream["preference"]), "--out", str(tmp_path / "out")])
+        cli.main(
+            [
+                "helpsteer2",
+                "--train",
+                str(upstream["train"]),
+                "--validation",
+                str(upstream["validation"]),
+                "--preference",
+                str(upstream["preference"]),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert str(exit_info.value) == "helpsteer2: train.jsonl.gz line 1: field 'helpfulness' must be an int 0-4, got 'x'"
 
 
@@ -297,8 +369,11 @@ def test_hub_reads_the_three_upstream_splits(monkeypatch, tmp_path):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     summary = helpsteer2.convert(helpsteer2.Sources.from_hub("nvidia/HelpSteer2"), tmp_path / "out")
-    assert calls == [("nvidia/HelpSteer2", "train", {}), ("nvidia/HelpSteer2", "validation", {}),
-                     ("nvidia/HelpSteer2", "train", {"data_dir": "preference"})]
+    assert calls == [
+        ("nvidia/HelpSteer2", "train", {}),
+        ("nvidia/HelpSteer2", "validation", {}),
+        ("nvidia/HelpSteer2", "train", {"data_dir": "preference"}),
+    ]
     assert summary.written["bradley_terry/train.parquet"] == 3
     pointwise = read(tmp_path / "out", "grpo/pointwise/train.parquet")
     assert pointwise[0]["extra_info"]["source"] == "nvidia/HelpSteer2[train] row 1"

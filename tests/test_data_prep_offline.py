@@ -9,16 +9,23 @@ import pytest
 from data_prep import cli, offline, outputs
 from data_prep.offline_facts import CATEGORIES
 from data_prep.records import UsageError
-from judge_rewards import templates
-from judge_rewards.evaluation.data import load_rows as load_eval_rows
+from evaluation.data import load_rows as load_eval_rows
+from judge_rewards.protocol import templates
 
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
-FILES = [outputs.split_file(dataset, split) for dataset in (outputs.SFT, outputs.BRADLEY_TERRY, outputs.POINTWISE,
-                                                             outputs.PAIRWISE) for split in outputs.SPLITS]
+FILES = [
+    outputs.split_file(dataset, split)
+    for dataset in (outputs.SFT, outputs.BRADLEY_TERRY, outputs.POINTWISE, outputs.PAIRWISE)
+    for split in outputs.SPLITS
+]
 FILES.append(outputs.EVAL_FILE)
 # question text -> (category, fact, phrasing): every question the generator can ask
-QUESTIONS = {fact.question(phrasing): (category.name, fact, phrasing)
-             for category in CATEGORIES for fact in category.facts for phrasing in fact.phrasings}
+QUESTIONS = {
+    fact.question(phrasing): (category.name, fact, phrasing)
+    for category in CATEGORIES
+    for fact in category.facts
+    for phrasing in fact.phrasings
+}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +135,8 @@ def test_pointwise_grades_are_balanced_and_match_the_response(small):
         expected = {
             4: response == good,
             3: response == good + offline.UNSURE_SUFFIX,
-            2: response.startswith("I am not sure which is right: ") and f'"{good}"' in response
+            2: response.startswith("I am not sure which is right: ")
+            and f'"{good}"' in response
             and any(f'"{f}"' in response for f in flawed),
             1: response == offline.NO_ANSWER,
             0: response in flawed,
@@ -136,8 +144,13 @@ def test_pointwise_grades_are_balanced_and_match_the_response(small):
         assert expected[score], (score, response)
         assert [dict(m) for m in row["prompt"]] == templates.pointwise_messages(question, response)
         assert row["data_source"] == "offline/pointwise"
-        assert row["extra_info"] == {"split": "train", "index": index, "prompt_id": f"{category}/{fact.key}",
-                                     "subset": category, "source": "offline"}
+        assert row["extra_info"] == {
+            "split": "train",
+            "index": index,
+            "prompt_id": f"{category}/{fact.key}",
+            "subset": category,
+            "source": "offline",
+        }
         scores[score] += 1
     assert scores == dict.fromkeys(range(5), SMALL.train_size // 5)
 
@@ -150,8 +163,11 @@ def test_pairwise_positions_are_balanced_and_labelled(small):
         _, fact, phrasing = QUESTIONS[question]
         good = fact.statement(phrasing, fact.answer)
         better = templates.read_ground_truth(row["reward_model"]["ground_truth"])["better"]
-        flawed = next(fact.statement(phrasing, w) for w in fact.wrong
-                      if fact.statement(phrasing, w) in row["prompt"][0]["content"])
+        flawed = next(
+            fact.statement(phrasing, w)
+            for w in fact.wrong
+            if fact.statement(phrasing, w) in row["prompt"][0]["content"]
+        )
         a, b = (good, flawed) if better == "A" else (flawed, good)
         assert [dict(m) for m in row["prompt"]] == templates.pairwise_messages(question, a, b)
         labels[better] += 1

@@ -12,7 +12,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from data_prep import offline, outputs
 from judge_rewards import rules, verl_reward
-from serving.process import free_port
+from tests.support.servers import free_port
 from tests.test_data_prep_offline import QUESTIONS
 
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
@@ -37,19 +37,51 @@ def test_first_rows_of_the_default_dataset(tmp_path):
     for row in rows:
         row["prompt"] = [dict(message) for message in row["prompt"]]
     assert rows == [
-        {"data_source": "offline/policy", "prompt": [{"role": "user", "content": "What is the capital of Indonesia?"}],
-         "ability": "qa", "reward_model": {"style": "model", "ground_truth": "Jakarta"},
-         "extra_info": {"split": "train", "index": 0, "prompt_id": "capitals/Indonesia", "subset": "capitals",
-                        "source": "offline", "question": "What is the capital of Indonesia?", "answer_type": "TEXT"}},
-        {"data_source": "offline/policy", "prompt": [{"role": "user", "content": "What is the opposite of north?"}],
-         "ability": "qa", "reward_model": {"style": "model", "ground_truth": "south"},
-         "extra_info": {"split": "train", "index": 1, "prompt_id": "opposites/north", "subset": "opposites",
-                        "source": "offline", "question": "What is the opposite of north?", "answer_type": "TEXT"}},
-        {"data_source": "offline/policy", "prompt": [{"role": "user", "content": "How many centimeters are in a meter?"}],
-         "ability": "qa", "reward_model": {"style": "model", "ground_truth": "100"},
-         "extra_info": {"split": "train", "index": 2, "prompt_id": "units/centimeters/a meter", "subset": "units",
-                        "source": "offline", "question": "How many centimeters are in a meter?",
-                        "answer_type": "NUMBER"}},
+        {
+            "data_source": "offline/policy",
+            "prompt": [{"role": "user", "content": "What is the capital of Indonesia?"}],
+            "ability": "qa",
+            "reward_model": {"style": "model", "ground_truth": "Jakarta"},
+            "extra_info": {
+                "split": "train",
+                "index": 0,
+                "prompt_id": "capitals/Indonesia",
+                "subset": "capitals",
+                "source": "offline",
+                "question": "What is the capital of Indonesia?",
+                "answer_type": "TEXT",
+            },
+        },
+        {
+            "data_source": "offline/policy",
+            "prompt": [{"role": "user", "content": "What is the opposite of north?"}],
+            "ability": "qa",
+            "reward_model": {"style": "model", "ground_truth": "south"},
+            "extra_info": {
+                "split": "train",
+                "index": 1,
+                "prompt_id": "opposites/north",
+                "subset": "opposites",
+                "source": "offline",
+                "question": "What is the opposite of north?",
+                "answer_type": "TEXT",
+            },
+        },
+        {
+            "data_source": "offline/policy",
+            "prompt": [{"role": "user", "content": "How many centimeters are in a meter?"}],
+            "ability": "qa",
+            "reward_model": {"style": "model", "ground_truth": "100"},
+            "extra_info": {
+                "split": "train",
+                "index": 2,
+                "prompt_id": "units/centimeters/a meter",
+                "subset": "units",
+                "source": "offline",
+                "question": "How many centimeters are in a meter?",
+                "answer_type": "NUMBER",
+            },
+        },
     ]
 
 
@@ -65,9 +97,14 @@ def test_every_row_asks_a_generated_question_with_its_facts_answer(small, name):
         assert row["reward_model"] == {"style": "model", "ground_truth": fact.answer}
         assert list(row["extra_info"]) == EXTRA_INFO_KEYS
         assert row["extra_info"] == {
-            "split": split, "index": index, "prompt_id": f"{category}/{fact.key}", "subset": category,
-            "source": "offline", "question": question,
-            "answer_type": rules.NUMBER if fact.answer.isdigit() else rules.TEXT}
+            "split": split,
+            "index": index,
+            "prompt_id": f"{category}/{fact.key}",
+            "subset": category,
+            "source": "offline",
+            "question": question,
+            "answer_type": rules.NUMBER if fact.answer.isdigit() else rules.TEXT,
+        }
     assert len({row["extra_info"]["question"] for row in rows}) == len(rows)
 
 
@@ -89,8 +126,9 @@ def test_split_by_fact_no_val_or_eval_fact_in_train(small):
         return {row["extra_info"]["prompt_id"] for row in rows}
 
     train, val = facts(read(small, "policy/train.parquet")), facts(read(small, "policy/val.parquet"))
-    eval_facts = {f"{QUESTIONS[row['prompt']][0]}/{QUESTIONS[row['prompt']][1].key}"
-                  for row in read(small, outputs.EVAL_FILE)}
+    eval_facts = {
+        f"{QUESTIONS[row['prompt']][0]}/{QUESTIONS[row['prompt']][1].key}" for row in read(small, outputs.EVAL_FILE)
+    }
     assert train and val
     assert not train & val and not train & eval_facts and not val & eval_facts
 
@@ -106,10 +144,17 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(small, tmp_pat
 @pytest.mark.parametrize("name", POLICY_FILES)
 def test_rlhf_dataset_loads_every_row(small, tiny_model_dir, tmp_path, name):
     rows = read(small, name)
-    config = OmegaConf.create({
-        "prompt_key": "prompt", "max_prompt_length": 64, "truncation": "error", "filter_overlong_prompts": True,
-        "filter_overlong_prompts_workers": 1, "return_raw_chat": True, "cache_dir": str(tmp_path / "cache"),
-    })
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": 64,
+            "truncation": "error",
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "return_raw_chat": True,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     dataset = RLHFDataset(str(small / name), AutoTokenizer.from_pretrained(tiny_model_dir), config)
     assert len(dataset) == len(rows) > 0  # nothing filtered: every question fits 64 tokens with the template
     for index, row in enumerate(rows):
@@ -127,7 +172,12 @@ def test_the_reward_adapter_reads_the_rows_and_its_rule_fallback_can_score_them(
     right = [f"The answer is {row['reward_model']['ground_truth']}." for row in rows]
     wrong = [f"The answer is {QUESTIONS[row['extra_info']['question']][1].wrong[0]}." for row in rows]
     scores = verl_reward.compute_score_batch(
-        [row["data_source"] for row in rows] * 2, right + wrong, [row["reward_model"]["ground_truth"] for row in rows] * 2,
-        [row["extra_info"] for row in rows] * 2, judge_url=f"http://127.0.0.1:{free_port()}", max_retries=0)
+        [row["data_source"] for row in rows] * 2,
+        right + wrong,
+        [row["reward_model"]["ground_truth"] for row in rows] * 2,
+        [row["extra_info"] for row in rows] * 2,
+        judge_url=f"http://127.0.0.1:{free_port()}",
+        max_retries=0,
+    )
     assert {score["source"] for score in scores} == {"rule_fallback"}
     assert [score["score"] for score in scores] == [1.0] * len(rows) + [0.0] * len(rows)

@@ -10,36 +10,60 @@ import pytest
 
 from data_prep import cli, rewardbench2
 from data_prep.records import DataError, read_records
-from judge_rewards.evaluation.data import load_rows as load_eval_rows
-from judge_rewards import templates
+from evaluation.data import load_rows as load_eval_rows
+from judge_rewards.protocol import templates
 
 SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus")
 METADATA = pa.struct([("category", pa.string()), ("index", pa.float64()), ("models", pa.list_(pa.string()))])
-UPSTREAM_SCHEMA = pa.schema([
-    ("id", pa.string()), ("prompt", pa.string()), ("chosen", pa.list_(pa.string())),
-    ("rejected", pa.list_(pa.string())), ("num_correct", pa.int64()), ("num_incorrect", pa.int64()),
-    ("total_completions", pa.int64()), ("models", pa.list_(pa.string())), ("subset", pa.string()),
-    ("additional_metadata", METADATA),
-])
+UPSTREAM_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("prompt", pa.string()),
+        ("chosen", pa.list_(pa.string())),
+        ("rejected", pa.list_(pa.string())),
+        ("num_correct", pa.int64()),
+        ("num_incorrect", pa.int64()),
+        ("total_completions", pa.int64()),
+        ("models", pa.list_(pa.string())),
+        ("subset", pa.string()),
+        ("additional_metadata", METADATA),
+    ]
+)
 
 
 def upstream_rows():
     rows = []
     for subset in SUBSETS:
         for n in range(10):
-            rows.append({
-                "id": f"{len(rows)}", "prompt": f"{subset} question {n}?", "chosen": [f"{subset} good {n}"],
-                "rejected": [f"{subset} bad {n}.{k}" for k in range(3)], "num_correct": 1, "num_incorrect": 3,
-                "total_completions": 4, "models": ["m1", "m2", "m3", "m4"], "subset": subset,
-                "additional_metadata": {"category": subset.lower(), "index": float(n), "models": ["m1"]},
-            })
+            rows.append(
+                {
+                    "id": f"{len(rows)}",
+                    "prompt": f"{subset} question {n}?",
+                    "chosen": [f"{subset} good {n}"],
+                    "rejected": [f"{subset} bad {n}.{k}" for k in range(3)],
+                    "num_correct": 1,
+                    "num_incorrect": 3,
+                    "total_completions": 4,
+                    "models": ["m1", "m2", "m3", "m4"],
+                    "subset": subset,
+                    "additional_metadata": {"category": subset.lower(), "index": float(n), "models": ["m1"]},
+                }
+            )
     for tie_id, correct in (("ref:1", 1), ("tied:1", 3), ("ref:2", 1), ("tied:2", 2)):
-        rows.append({
-            "id": tie_id, "prompt": f"Ties {tie_id}?", "chosen": [f"right {k}" for k in range(correct)],
-            "rejected": ["wrong a", "wrong b"], "num_correct": correct, "num_incorrect": 2,
-            "total_completions": correct + 2, "models": ["m"] * (correct + 2), "subset": "Ties",
-            "additional_metadata": {"category": "ties", "index": None, "models": []},
-        })
+        rows.append(
+            {
+                "id": tie_id,
+                "prompt": f"Ties {tie_id}?",
+                "chosen": [f"right {k}" for k in range(correct)],
+                "rejected": ["wrong a", "wrong b"],
+                "num_correct": correct,
+                "num_incorrect": 2,
+                "total_completions": correct + 2,
+                "models": ["m"] * (correct + 2),
+                "subset": "Ties",
+                "additional_metadata": {"category": "ties", "index": None, "models": []},
+            }
+        )
     return rows
 
 
@@ -119,14 +143,22 @@ def test_pointwise_labels_chosen_4_and_one_sampled_rejected_0(upstream_file, tmp
     for index, row in enumerate(rows):
         upstream = BY_PROMPT[conversation_prompt(row)]
         score = templates.read_ground_truth(row["reward_model"]["ground_truth"])["score"]
-        answer = upstream["chosen"][0] if score == 4 else next(a for a in upstream["rejected"]
-                                                                 if row["prompt"][0]["content"].count(a))
+        answer = (
+            upstream["chosen"][0]
+            if score == 4
+            else next(a for a in upstream["rejected"] if row["prompt"][0]["content"].count(a))
+        )
         assert score in (0, 4)
         assert [dict(m) for m in row["prompt"]] == templates.pointwise_messages(upstream["prompt"], answer)
         assert row["data_source"] == "rewardbench2/pointwise"
         row_number = int(upstream["id"]) + 1
-        assert row["extra_info"] == {"split": "train", "index": index, "prompt_id": upstream["id"],
-                                     "subset": upstream["subset"], "source": f"test.parquet row {row_number}"}
+        assert row["extra_info"] == {
+            "split": "train",
+            "index": index,
+            "prompt_id": upstream["id"],
+            "subset": upstream["subset"],
+            "source": f"test.parquet row {row_number}",
+        }
         labels_by_prompt[upstream["id"]].append(score)
     assert all(sorted(labels) == [0, 4] for labels in labels_by_prompt.values())
 
@@ -184,13 +216,19 @@ def test_jsonl_input_and_cli_summary(tmp_path, capsys):
     ]
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("rejected", "oops", "test.jsonl line 3: field 'rejected' must be a list of strings, got 'oops'"),
-    ("chosen", [],
-     "test.jsonl line 3: field 'chosen' must be a non-empty list of strings outside the Ties subset, got []"),
-    ("num_correct", -1, "test.jsonl line 3: field 'num_correct' must be an int 0-1000000, got -1"),
-    ("id", 7, "test.jsonl line 3: field 'id' must be a string, got 7"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rejected", "oops", "test.jsonl line 3: field 'rejected' must be a list of strings, got 'oops'"),
+        (
+            "chosen",
+            [],
+            "test.jsonl line 3: field 'chosen' must be a non-empty list of strings outside the Ties subset, got []",
+        ),
+        ("num_correct", -1, "test.jsonl line 3: field 'num_correct' must be an int 0-1000000, got -1"),
+        ("id", 7, "test.jsonl line 3: field 'id' must be a string, got 7"),
+    ],
+)
 def test_a_bad_row_names_file_line_and_field(tmp_path, field, value, message):
     rows = [dict(row) for row in UPSTREAM]
     rows[2][field] = value

@@ -24,19 +24,21 @@ DEMO_MAX_TOKENS = 128
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     out = tmp_path_factory.mktemp("smollm2")
-    subprocess.run([sys.executable, "-m", "data_prep", "base-model", "smollm2", "--out", str(out)],
-                   check=True, cwd=REPO_ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "data_prep", "base-model", "smollm2", "--out", str(out)], check=True, cwd=REPO_ROOT
+    )
     torch.set_num_threads(2)
     return AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).eval()
 
 
 def test_smollm2_answers_a_capital_question(smollm2):
     tokenizer, model = smollm2
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                        add_generation_prompt=True, return_tensors="pt")
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt"
+    )
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=12, do_sample=False)
-    answer = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    answer = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
 
 
@@ -44,20 +46,24 @@ def answer_log_likelihoods(tokenizer, model, pairs: list[tuple[str, str]], batch
     """Mean log-probability per token of each (question, answer)'s answer, its end-of-turn token included."""
     scores = []
     for start in range(0, len(pairs), batch_size):
-        batch = pairs[start:start + batch_size]
-        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
-                   for q, _ in batch]
+        batch = pairs[start : start + batch_size]
+        prompts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+            for q, _ in batch
+        ]
         # the template's trailing newline after the end-of-turn token is not part of the answer
-        fulls = [tokenizer.apply_chat_template([{"role": "user", "content": q},
-                                                {"role": "assistant", "content": a}])[:-1] for q, a in batch]
+        fulls = [
+            tokenizer.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": a}])[:-1]
+            for q, a in batch
+        ]
         width = max(map(len, fulls))
         ids = torch.tensor([f + [tokenizer.pad_token_id] * (width - len(f)) for f in fulls])
         mask = torch.tensor([[1] * len(f) + [0] * (width - len(f)) for f in fulls])
         with torch.inference_mode():
             log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-        for row, (prompt, full) in enumerate(zip(prompts, fulls)):
+        for row, (prompt, full) in enumerate(zip(prompts, fulls, strict=True)):
             positions = torch.arange(len(prompt) - 1, len(full) - 1)
-            targets = torch.tensor(full[len(prompt):])
+            targets = torch.tensor(full[len(prompt) :])
             scores.append(log_probs[row, positions, targets].mean().item())
     return scores
 
@@ -66,8 +72,11 @@ def test_zero_shot_likelihood_prefers_good_answers_in_every_category(smollm2, tm
     tokenizer, model = smollm2
     offline.generate(tmp_path, offline.OfflineConfig())
     rows = list(pd.read_parquet(tmp_path / "eval" / "test.parquet").itertuples())
-    scores = iter(answer_log_likelihoods(tokenizer, model, [(row.prompt, answer) for row in rows
-                                                            for answer in [*row.chosen, *row.rejected]]))
+    scores = iter(
+        answer_log_likelihoods(
+            tokenizer, model, [(row.prompt, answer) for row in rows for answer in [*row.chosen, *row.rejected]]
+        )
+    )
     wins, best = defaultdict(list), defaultdict(list)
     for row in rows:
         good, flawed = next(scores), [next(scores) for _ in row.rejected]
@@ -75,8 +84,10 @@ def test_zero_shot_likelihood_prefers_good_answers_in_every_category(smollm2, tm
         best[row.subset].append(good > max(flawed))
     print("\ncategory    prompts  pairs preferred  best of 4")
     for category in sorted(wins):
-        print(f"{category:<11} {len(best[category]):>7}  {sum(wins[category]) / len(wins[category]):>15.3f}"
-              f"  {sum(best[category]) / len(best[category]):>9.3f}")
+        print(
+            f"{category:<11} {len(best[category]):>7}  {sum(wins[category]) / len(wins[category]):>15.3f}"
+            f"  {sum(best[category]) / len(best[category]):>9.3f}"
+        )
     all_wins = [w for category_wins in wins.values() for w in category_wins]
     assert sum(all_wins) / len(all_wins) > 0.8
     assert all(sum(w) / len(w) > 0.7 for w in wins.values())
@@ -85,7 +96,9 @@ def test_zero_shot_likelihood_prefers_good_answers_in_every_category(smollm2, tm
 def test_demo_pairs_fit_the_demo_sequence_budget(smollm2, tmp_path):
     tokenizer, _ = smollm2
     offline.generate(tmp_path, offline.OfflineConfig())
-    lengths = [len(tokenizer.apply_chat_template(json.loads(conversation)))
-               for row in pd.read_parquet(tmp_path / "bradley_terry" / "train.parquet").itertuples()
-               for conversation in (row.chosen, row.rejected)]
+    lengths = [
+        len(tokenizer.apply_chat_template(json.loads(conversation)))
+        for row in pd.read_parquet(tmp_path / "bradley_terry" / "train.parquet").itertuples()
+        for conversation in (row.chosen, row.rejected)
+    ]
     assert max(lengths) <= DEMO_MAX_TOKENS

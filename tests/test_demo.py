@@ -16,11 +16,20 @@ pytestmark = pytest.mark.e2e
 
 def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
     demo_dir = tmp_path / "demo"
-    env = {**os.environ, "DEMO_DIR": str(demo_dir), "BASE_MODEL": "tiny", "TOTAL_TRAINING_STEPS": "2",
-           "TRAIN_BATCH_SIZE": "4", "MICRO_BATCH_SIZE": "2", "MAX_LENGTH": "128", "OMP_NUM_THREADS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(["bash", str(REPO_ROOT / "cookbooks/demo/run_demo.sh")], env=env, capture_output=True,
-                            text=True, timeout=600)
+    env = {
+        **os.environ,
+        "DEMO_DIR": str(demo_dir),
+        "BASE_MODEL": "tiny",
+        "TOTAL_TRAINING_STEPS": "2",
+        "TRAIN_BATCH_SIZE": "4",
+        "MICRO_BATCH_SIZE": "2",
+        "MAX_LENGTH": "128",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "cookbooks/demo/run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     sample_lines = [line for line in result.stdout.splitlines() if line.endswith("'") and " judge " in line]

@@ -1,4 +1,4 @@
-"""`python -m judge_rewards.evaluate` end to end with a tiny scalar judge: through a real judge server
+"""`python -m evaluation` end to end with a tiny scalar judge: through a real judge server
 subprocess on 127.0.0.1 and in-process, on a small RewardBench 2-schema parquet file."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from judge_rewards.evaluation.cli import main
-from serving.process import free_port, start_server
+from evaluation.cli import main
+from tests.support.servers import free_port, start_server
 
 from .conftest import REPO_ROOT
 
@@ -25,16 +25,26 @@ LONG_COMPLETION = "far too long " * 400
 
 
 def rb2_row(row_id, subset, chosen, rejected):
-    return {"id": row_id, "prompt": f"Question {row_id}: what is the answer?", "chosen": chosen, "rejected": rejected,
-            "num_correct": len(chosen), "num_incorrect": len(rejected), "total_completions": len(chosen) + len(rejected),
-            "models": ["test-model"] * (len(chosen) + len(rejected)), "subset": subset,
-            "additional_metadata": {"source": "test"}}
+    return {
+        "id": row_id,
+        "prompt": f"Question {row_id}: what is the answer?",
+        "chosen": chosen,
+        "rejected": rejected,
+        "num_correct": len(chosen),
+        "num_incorrect": len(rejected),
+        "total_completions": len(chosen) + len(rejected),
+        "models": ["test-model"] * (len(chosen) + len(rejected)),
+        "subset": subset,
+        "additional_metadata": {"source": "test"},
+    }
 
 
 @pytest.fixture(scope="module")
 def eval_file(tmp_path_factory):
-    rows = [rb2_row(f"fact-{i}", "Factuality", [f"The answer is {i}."], [f"It is {i + 1}.", "No idea.", f"{i} or so"])
-            for i in range(3)]
+    rows = [
+        rb2_row(f"fact-{i}", "Factuality", [f"The answer is {i}."], [f"It is {i + 1}.", "No idea.", f"{i} or so"])
+        for i in range(3)
+    ]
     rows.append(rb2_row("focus-0", "Focus", ["A focused answer."], ["An answer about something else entirely."]))
     rows.append(rb2_row("focus-1", "Focus", ["Short."], [LONG_COMPLETION]))
     for n in (1, 2):
@@ -47,8 +57,10 @@ def eval_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judge_server(tiny_scalar_judge_dir, tmp_path_factory):
-    with start_server(["--model", str(tiny_scalar_judge_dir), "--max-input-tokens", MAX_INPUT_TOKENS,
-                       "--api-key", API_KEY], log_path=tmp_path_factory.mktemp("judge_server") / "server.log") as server:
+    with start_server(
+        ["--model", str(tiny_scalar_judge_dir), "--max-input-tokens", MAX_INPUT_TOKENS, "--api-key", API_KEY],
+        log_path=tmp_path_factory.mktemp("judge_server") / "server.log",
+    ) as server:
         yield server
 
 
@@ -56,9 +68,26 @@ def judge_server(tiny_scalar_judge_dir, tmp_path_factory):
 def http_run(judge_server, eval_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("http_run")
     completed = subprocess.run(
-        [sys.executable, "-m", "judge_rewards.evaluate", "--data", str(eval_file), "--out", str(out),
-         "--judge-url", judge_server.url, "--batch-size", "5", "--row-scores"],
-        cwd=REPO_ROOT, env={**os.environ, "JUDGE_MODEL_API_KEY": API_KEY}, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "evaluation",
+            "--data",
+            str(eval_file),
+            "--out",
+            str(out),
+            "--judge-url",
+            judge_server.url,
+            "--batch-size",
+            "5",
+            "--row-scores",
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "JUDGE_MODEL_API_KEY": API_KEY},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return out, completed.stdout
 
@@ -66,8 +95,21 @@ def http_run(judge_server, eval_file, tmp_path_factory):
 @pytest.fixture(scope="module")
 def in_process_run(tiny_scalar_judge_dir, eval_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("in_process_run")
-    main(["--data", str(eval_file), "--out", str(out), "--model", str(tiny_scalar_judge_dir),
-          "--max-input-tokens", MAX_INPUT_TOKENS, "--batch-size", "7", "--row-scores"])
+    main(
+        [
+            "--data",
+            str(eval_file),
+            "--out",
+            str(out),
+            "--model",
+            str(tiny_scalar_judge_dir),
+            "--max-input-tokens",
+            MAX_INPUT_TOKENS,
+            "--batch-size",
+            "7",
+            "--row-scores",
+        ]
+    )
     return out
 
 
@@ -115,7 +157,7 @@ def test_subset_scores_follow_from_the_row_scores(http_run):
 def test_http_and_in_process_give_the_same_scores(http_run, in_process_run):
     over_http, in_process = results(http_run[0]), results(in_process_run)
     assert [r["id"] for r in over_http["row_scores"]] == [r["id"] for r in in_process["row_scores"]]
-    for remote, local in zip(over_http["row_scores"], in_process["row_scores"]):
+    for remote, local in zip(over_http["row_scores"], in_process["row_scores"], strict=True):
         assert (remote["scores"] is None) == (local["scores"] is None)
         if remote["scores"] is not None:
             assert remote["scores"] == pytest.approx(local["scores"], rel=1e-5, abs=1e-7)

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from judge_rewards.evaluation.judges import EvaluationError, HttpJudge, HttpJudgeOptions
+from evaluation.judges import EvaluationError, HttpJudge, HttpJudgeOptions
 from serving.judges import JudgeItem
 
 HEALTH = {"status": "ok", "judge_kind": "scalar", "backend": "transformers", "model_id": "stub", "model_version": "v0"}
@@ -32,8 +32,9 @@ class StubJudgeServer(BaseHTTPRequestHandler):
             return self._answer(503, {"detail": "queue full"})
         if self.behaviour == "bad_request":
             return self._answer(422, {"detail": "invalid"})
-        responses = [{"score": 0.25 * (i + 1), "request_id": r["request_id"], "error": None}
-                     for i, r in enumerate(requests)]
+        responses = [
+            {"score": 0.25 * (i + 1), "request_id": r["request_id"], "error": None} for i, r in enumerate(requests)
+        ]
         if self.behaviour == "drops_one":
             responses = responses[1:]
         if self.behaviour == "reversed":
@@ -76,8 +77,13 @@ def test_results_are_matched_by_request_id_not_position(stub_url):
 
 def test_the_judge_is_identified_by_its_health_answer(stub_url):
     with HttpJudge(HttpJudgeOptions(stub_url)) as judge:
-        assert judge.identity == {"kind": "scalar", "backend": "transformers", "model_id": "stub",
-                                  "model_version": "v0", "access": f"HTTP {stub_url}"}
+        assert judge.identity == {
+            "kind": "scalar",
+            "backend": "transformers",
+            "model_id": "stub",
+            "model_version": "v0",
+            "access": f"HTTP {stub_url}",
+        }
 
 
 def test_a_missing_response_fails_only_its_item(stub_url):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from judge_rewards.evaluation.data import EvalRow
-from judge_rewards.evaluation.judges import EvaluationError
-from judge_rewards.evaluation.run import EvaluationOptions, evaluate, judge_rows
+from evaluation.data import EvalRow
+from evaluation.judges import EvaluationError
+from evaluation.run import EvaluationOptions, evaluate, judge_rows
 from serving.judges import Verdict
 
 
@@ -30,9 +30,12 @@ class LengthJudge:
             self.batch_sizes.append(len(items))
             delay = 0.05 / len(self.batch_sizes)
         time.sleep(delay)
-        return [Verdict.failed("too long") if item.completion in self.failing
-                else Verdict(score=len(item.completion) / 100, metadata={"raw_reward": float(len(item.completion))})
-                for item in items]
+        return [
+            Verdict.failed("too long")
+            if item.completion in self.failing
+            else Verdict(score=len(item.completion) / 100, metadata={"raw_reward": float(len(item.completion))})
+            for item in items
+        ]
 
 
 ROWS = [
@@ -46,8 +49,11 @@ def test_rows_get_their_own_scores_whatever_order_batches_finish_in():
     judge = LengthJudge()
     scored = judge_rows(ROWS, judge, batch_size=2, score_field="score")
     assert judge.batch_sizes == [2, 2, 2, 2]
-    assert [(r.id, r.scores) for r in scored] == [("a", (0.04, 0.01, 0.02)), ("b", (0.01, 0.06, 0.02)),
-                                                 ("c", (0.03, 0.02))]
+    assert [(r.id, r.scores) for r in scored] == [
+        ("a", (0.04, 0.01, 0.02)),
+        ("b", (0.01, 0.06, 0.02)),
+        ("c", (0.03, 0.02)),
+    ]
 
 
 def test_raw_reward_ranks_by_the_reward_before_the_sigmoid():

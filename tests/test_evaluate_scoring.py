@@ -1,4 +1,4 @@
-"""RewardBench 2 scoring against hand-computed cases (judge_rewards.evaluation.scoring)."""
+"""RewardBench 2 scoring against hand-computed cases (evaluation.scoring)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from judge_rewards.evaluation.data import DataError, EvalRow, load_rows
-from judge_rewards.evaluation.scoring import (
+from evaluation.data import DataError, EvalRow, load_rows
+from evaluation.scoring import (
     ScoredRow,
     best_of_n_credit,
     chance_scores,
@@ -24,6 +24,7 @@ def row(row_id, subset, scores, num_correct=1, error=None):
 
 
 # ---- best-of-N rows -----------------------------------------------------------------------------
+
 
 def test_chosen_alone_at_the_top_earns_full_credit():
     assert best_of_n_credit([0.9, 0.1, 0.2, 0.3]) == 1.0
@@ -107,6 +108,7 @@ def test_ties_terms_use_only_prompts_with_both_rows():
 
 # ---- subsets, mean, failures ----------------------------------------------------------------------
 
+
 def test_mean_is_unweighted_over_subsets():
     rows = [row(f"m{i}", "Math", [0.9, 0.1]) for i in range(3)] + [row("m3", "Math", [0.1, 0.9])]
     rows.append(row("s0", "Safety", [0.1, 0.9]))
@@ -142,6 +144,7 @@ def test_a_scored_row_has_scores_or_an_error():
 
 # ---- chance -----------------------------------------------------------------------------------------
 
+
 def eval_row(row_id, subset, chosen, rejected):
     return EvalRow(row_id, "prompt", tuple(chosen), tuple(rejected), subset)
 
@@ -157,15 +160,25 @@ def test_chance_is_one_over_n_for_best_of_n_and_seeded_for_ties():
 
 # ---- data checks ------------------------------------------------------------------------------------
 
+
 def write_rb2(path, rows):
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
 def rb2(row_id, subset, chosen, rejected, **overrides):
-    return {"id": row_id, "prompt": "q", "chosen": chosen, "rejected": rejected, "num_correct": len(chosen),
-            "num_incorrect": len(rejected), "total_completions": len(chosen) + len(rejected),
-            "models": ["m"] * (len(chosen) + len(rejected)), "subset": subset, **overrides}
+    return {
+        "id": row_id,
+        "prompt": "q",
+        "chosen": chosen,
+        "rejected": rejected,
+        "num_correct": len(chosen),
+        "num_incorrect": len(rejected),
+        "total_completions": len(chosen) + len(rejected),
+        "models": ["m"] * (len(chosen) + len(rejected)),
+        "subset": subset,
+        **overrides,
+    }
 
 
 def test_load_rows_keeps_file_order_and_the_lists(tmp_path):
@@ -175,14 +188,17 @@ def test_load_rows_keeps_file_order_and_the_lists(tmp_path):
     assert rows[0].completions == ("a", "b", "c")
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([rb2("a", "Math", ["x"], ["y"], num_correct=2)], "num_correct is 2"),
-    ([rb2("a", "Math", ["x"], [])], "rejected must be a non-empty list"),
-    ([rb2("a", "Math", ["x"], ["y"]), rb2("a", "Focus", ["x"], ["y"])], "appears twice"),
-    ([rb2("ref-1", "Ties", ["x"], ["y"])], "neither 'ref:N' nor 'tied:N'"),
-    ([rb2("ref:1", "Ties", ["x"], ["y"]), rb2("tied:1", "Ties", ["x"], ["y"])], "tied rows need several"),
-    ([rb2("ref:1", "Ties", ["x"], ["y"]), rb2("tied:2", "Ties", ["x", "z"], ["y"])], "both a ref:N and a tied:N"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([rb2("a", "Math", ["x"], ["y"], num_correct=2)], "num_correct is 2"),
+        ([rb2("a", "Math", ["x"], [])], "rejected must be a non-empty list"),
+        ([rb2("a", "Math", ["x"], ["y"]), rb2("a", "Focus", ["x"], ["y"])], "appears twice"),
+        ([rb2("ref-1", "Ties", ["x"], ["y"])], "neither 'ref:N' nor 'tied:N'"),
+        ([rb2("ref:1", "Ties", ["x"], ["y"]), rb2("tied:1", "Ties", ["x"], ["y"])], "tied rows need several"),
+        ([rb2("ref:1", "Ties", ["x"], ["y"]), rb2("tied:2", "Ties", ["x", "z"], ["y"])], "both a ref:N and a tied:N"),
+    ],
+)
 def test_load_rows_rejects_rows_the_scoring_cannot_use(tmp_path, rows, message):
     with pytest.raises(DataError, match=message):
         load_rows(write_rb2(tmp_path / "bad.parquet", rows))

@@ -1,4 +1,4 @@
-"""`python -m judge_rewards.training.export causal-lm --not-a-judge`: a trained policy is exported as a
+"""`python -m training.export causal-lm --not-a-judge`: a trained policy is exported as a
 plain causal LM with export.json, never with a judge.json that would make the judge server serve it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from judge_rewards.training import export
 from tests.conftest import REPO_ROOT
+from training import export
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,13 @@ def checkpoint(tiny_model_dir, tmp_path_factory):
 
 
 def run_export(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "judge_rewards.training.export", "causal-lm", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "training.export", "causal-lm", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_policy_export_has_no_judge_json_and_records_its_training(checkpoint, tiny_model_dir, tmp_path):

@@ -3,7 +3,6 @@ adversarial answers cannot earn more than an honest one, and every sample report
 
 import pytest
 
-from judge_rewards import templates
 from judge_rewards.grpo_rewards import (
     FORMAT_FAILURE_REWARD,
     MISSING_THINK_PENALTY,
@@ -11,6 +10,7 @@ from judge_rewards.grpo_rewards import (
     compute_pairwise_score,
     compute_pointwise_score,
 )
+from judge_rewards.protocol import templates
 
 
 def pointwise(answer: str, label: int) -> dict:
@@ -85,9 +85,9 @@ def test_a_parse_failure_is_not_a_prediction_of_zero():
 def test_pointwise_reward_falls_with_distance(label):
     rewards = [pointwise(scored(prediction), label)["score"] for prediction in range(5)]
     distances = [abs(prediction - label) for prediction in range(5)]
-    by_distance = [reward for _, reward in sorted(zip(distances, rewards))]
+    by_distance = [reward for _, reward in sorted(zip(distances, rewards, strict=True))]
     assert by_distance == sorted(by_distance, reverse=True)
-    assert len(set(zip(distances, rewards))) == len(set(distances))  # one reward per distance
+    assert len(set(zip(distances, rewards, strict=True))) == len(set(distances))  # one reward per distance
     assert rewards[label] == 1.0 and min(rewards) > FORMAT_FAILURE_REWARD
 
 
@@ -144,10 +144,13 @@ def test_every_sample_reports_the_same_numeric_keys():
         assert all(type(value) is float for value in reward.values())
 
 
-@pytest.mark.parametrize("function, ground_truth", [
-    (compute_pointwise_score, templates.pairwise_ground_truth("A")),
-    (compute_pairwise_score, templates.pointwise_ground_truth(3)),
-])
+@pytest.mark.parametrize(
+    "function, ground_truth",
+    [
+        (compute_pointwise_score, templates.pairwise_ground_truth("A")),
+        (compute_pairwise_score, templates.pointwise_ground_truth(3)),
+    ],
+)
 def test_ground_truth_of_the_other_mode_is_a_data_error(function, ground_truth):
     with pytest.raises(ValueError, match="mixed up"):
         function("offline", scored(3), ground_truth)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from judge_rewards.judge_spec import JudgeSpec, kind_from_architectures, load_judge_spec
+from judge_rewards.protocol.judge_spec import JudgeSpec, kind_from_architectures, load_judge_spec
 
 
 def test_scalar_probability_is_a_shifted_scaled_sigmoid():
@@ -25,10 +25,15 @@ def test_kind_inferred_from_config_when_no_spec(tmp_path):
     assert kind_from_architectures(["BertModel"]) is None
 
 
-@pytest.mark.parametrize("content, message", [({"kind": "oracle"}, "not one of"),
-                                              ({"kind": "generative", "prompt_format": "listwise"}, "prompt_format"),
-                                              ({"kind": "scalar", "reward_scale": 0}, "positive"),
-                                              ({"kind": "scalar", "bogus": 1}, "invalid judge spec")])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"kind": "oracle"}, "not one of"),
+        ({"kind": "generative", "prompt_format": "listwise"}, "prompt_format"),
+        ({"kind": "scalar", "reward_scale": 0}, "positive"),
+        ({"kind": "scalar", "bogus": 1}, "invalid judge spec"),
+    ],
+)
 def test_invalid_specs_name_the_file(tmp_path, content, message):
     (tmp_path / "judge.json").write_text(json.dumps(content))
     with pytest.raises(ValueError, match=message):

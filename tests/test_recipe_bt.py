@@ -49,8 +49,16 @@ def pair_files(tmp_path_factory):
 def runs(tiny_model_dir, pair_files, tmp_path_factory) -> dict[str, Run]:
     root = tmp_path_factory.mktemp("bt_runs")
     train_file, val_file = pair_files
-    common = dict(MODEL_PATH=tiny_model_dir, TRAIN_FILE=train_file, VAL_FILE=val_file, TRAIN_BATCH_SIZE=8,
-                  MICRO_BATCH_SIZE=2, LR="1e-3", TOTAL_EPOCHS=1, TOTAL_TRAINING_STEPS=STEPS)
+    common = dict(
+        MODEL_PATH=tiny_model_dir,
+        TRAIN_FILE=train_file,
+        VAL_FILE=val_file,
+        TRAIN_BATCH_SIZE=8,
+        MICRO_BATCH_SIZE=2,
+        LR="1e-3",
+        TOTAL_EPOCHS=1,
+        TOTAL_TRAINING_STEPS=STEPS,
+    )
     a = launch(root / "a", N_GPUS_PER_NODE=2, SAVE_FREQ=2, **common)
     (root / "b").mkdir()
     shutil.copytree(root / "a" / "global_step_2", root / "b" / "global_step_2")
@@ -65,7 +73,9 @@ def test_loss_falls_and_every_metric_is_logged(runs, name):
     metrics = runs[name].metrics
     assert sorted(metrics) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
-        assert {"train/loss", "train/accuracy", "train/padding_share", "train/grad_norm", "train/lr"} <= set(metrics[step])
+        assert {"train/loss", "train/accuracy", "train/padding_share", "train/grad_norm", "train/lr"} <= set(
+            metrics[step]
+        )
     assert {"val/loss", "val/accuracy"} <= set(metrics[STEPS])
     assert metrics[STEPS]["train/loss"] < 0.7 * metrics[1]["train/loss"]
     assert metrics[STEPS]["val/accuracy"] > 0.9
@@ -86,7 +96,7 @@ def test_the_run_folder_has_snapshot_log_and_checkpoints(runs):
     knobs = (save_dir / "launch" / "knobs.env").read_text()
     assert "MICRO_BATCH_SIZE=2" in knobs and "MARGIN_MODE=none" in knobs
     command = (save_dir / "launch" / "command.sh").read_text()
-    assert "data.micro_batch_size_per_gpu=2" in command and "judge_rewards.training.export scalar" in command
+    assert "data.micro_batch_size_per_gpu=2" in command and "training.export scalar" in command
     assert "val/accuracy" in (save_dir / "launch" / "train.log").read_text()
     assert {"global_step_2", "global_step_4"} <= {p.name for p in save_dir.iterdir()}
 
@@ -149,12 +159,19 @@ def test_verls_reward_worker_class_reads_the_same_rewards(runs, pair_files):
 
 def test_a_bad_row_stops_the_run_naming_file_row_and_field(tiny_model_dir, pair_files, tmp_path):
     frame = pd.read_parquet(pair_files[0])
-    frame.loc[5, "rejected"] = "[{\"role\": \"user\"}]"
+    frame.loc[5, "rejected"] = '[{"role": "user"}]'
     bad_file = tmp_path / "bad.parquet"
     frame.to_parquet(bad_file)
-    result = run_launcher(BT_LAUNCHER, MODEL_PATH=tiny_model_dir, TRAIN_FILE=bad_file, VAL_FILE=pair_files[1],
-                          SAVE_DIR=tmp_path / "run", TRAIN_BATCH_SIZE=8, MICRO_BATCH_SIZE=2, N_GPUS_PER_NODE=1)
+    result = run_launcher(
+        BT_LAUNCHER,
+        MODEL_PATH=tiny_model_dir,
+        TRAIN_FILE=bad_file,
+        VAL_FILE=pair_files[1],
+        SAVE_DIR=tmp_path / "run",
+        TRAIN_BATCH_SIZE=8,
+        MICRO_BATCH_SIZE=2,
+        N_GPUS_PER_NODE=1,
+    )
     assert result.returncode != 0
     assert f"{bad_file} row 5 field rejected: message 0 needs a role" in result.stdout + result.stderr
     assert not (tmp_path / "run" / "hf").exists()
-

@@ -8,6 +8,7 @@ answers that parse and answers that do not: rewards differ within a group and ad
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,6 @@ import pandas as pd
 import pytest
 
 from judge_rewards.grpo_rewards import REWARD_KEYS
-from serving.process import free_port, start_server
 from tests.grpo_recipe import (
     COOKBOOK,
     DATA_SOURCE,
@@ -35,6 +35,7 @@ from tests.grpo_recipe import (
     write_rl_data,
 )
 from tests.launcher_helpers import logged_metrics
+from tests.support.servers import free_port, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -43,8 +44,15 @@ LAUNCHER_TIMEOUT_S = 400
 
 def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
     """Runs a launcher in its own process group and kills what is left of the group afterwards."""
-    process = subprocess.Popen(["bash", str(script), *args], cwd=cwd, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        ["bash", str(script), *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         output, _ = process.communicate(timeout=LAUNCHER_TIMEOUT_S)
     finally:
@@ -54,10 +62,8 @@ def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,17 @@ def warm_judge(tiny_model_dir, tmp_path_factory) -> Path:
     pd.DataFrame(judge_sft_rows(64)).to_parquet(directory / "train.parquet")
     pd.DataFrame(judge_sft_rows(8)).to_parquet(directory / "val.parquet")
     env = launcher_env(
-        MODEL_PATH=tiny_model_dir, TRAIN_FILE=directory / "train.parquet", VAL_FILE=directory / "val.parquet",
-        SAVE_DIR=directory / "sft", TRAIN_BATCH_SIZE=8, MICRO_BATCH_SIZE=8, MAX_LENGTH=160, TOTAL_EPOCHS=6,
-        LR="1e-2", GRADIENT_CHECKPOINTING="false")
+        MODEL_PATH=tiny_model_dir,
+        TRAIN_FILE=directory / "train.parquet",
+        VAL_FILE=directory / "val.parquet",
+        SAVE_DIR=directory / "sft",
+        TRAIN_BATCH_SIZE=8,
+        MICRO_BATCH_SIZE=8,
+        MAX_LENGTH=160,
+        TOTAL_EPOCHS=6,
+        LR="1e-2",
+        GRADIENT_CHECKPOINTING="false",
+    )
     run_bash(COOKBOOK / "sft" / "run_sft_rm.sh", env=env, cwd=COOKBOOK / "sft")
     return directory / "sft" / "hf"
 
@@ -86,13 +100,28 @@ def warm_judge(tiny_model_dir, tmp_path_factory) -> Path:
 def ray_cluster(ray_tmpdir):
     """`ray start --head` on loopback, shaped like the README's CPU cluster: 1 logical GPU + `cpu`."""
     dashboard = f"http://127.0.0.1:{free_port()}"
-    ports = {"--port": free_port(), "--dashboard-port": dashboard.rsplit(":", 1)[1],
-             "--dashboard-agent-listen-port": free_port(), "--ray-client-server-port": free_port()}
-    command = ["ray", "start", "--head", "--block", "--dashboard-host=127.0.0.1", "--num-cpus=4", "--num-gpus=1",
-               '--resources={"cpu": 1}', f"--temp-dir={ray_tmpdir}/cluster", "--disable-usage-stats",
-               *(f"{flag}={port}" for flag, port in ports.items())]
-    cluster = subprocess.Popen(command, env=launcher_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    ports = {
+        "--port": free_port(),
+        "--dashboard-port": dashboard.rsplit(":", 1)[1],
+        "--dashboard-agent-listen-port": free_port(),
+        "--ray-client-server-port": free_port(),
+    }
+    command = [
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        "--dashboard-host=127.0.0.1",
+        "--num-cpus=4",
+        "--num-gpus=1",
+        '--resources={"cpu": 1}',
+        f"--temp-dir={ray_tmpdir}/cluster",
+        "--disable-usage-stats",
+        *(f"{flag}={port}" for flag, port in ports.items()),
+    ]
+    cluster = subprocess.Popen(
+        command, env=launcher_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         _wait_for_dashboard(dashboard, cluster)
         yield dashboard
@@ -121,8 +150,9 @@ def _wait_for_dashboard(address: str, cluster: subprocess.Popen, timeout_s: floa
 def run_recipe(mode: str, tmp_path: Path, model: Path, ray_tmpdir: str, **knobs) -> tuple[Path, str]:
     train, val = write_rl_data(tmp_path / "data", mode)
     save_dir = tmp_path / "save"
-    env = launcher_env(MODEL_PATH=model, TRAIN_FILE=train, VAL_FILE=val, SAVE_DIR=save_dir,
-                       RAY_TMPDIR=ray_tmpdir, **knobs)
+    env = launcher_env(
+        MODEL_PATH=model, TRAIN_FILE=train, VAL_FILE=val, SAVE_DIR=save_dir, RAY_TMPDIR=ray_tmpdir, **knobs
+    )
     output = run_bash(GRPO_DIR / LAUNCHERS[mode], "--config", "configs/cpu_tiny.env", env=env, cwd=GRPO_DIR)
     return save_dir, output
 
@@ -160,8 +190,11 @@ def test_pointwise_runs_on_a_local_ray_exports_and_serves(warm_judge, tmp_path, 
     with start_server(server_args, log_path=tmp_path / "server.log") as server:
         health = httpx.get(f"{server.url}/health").json()
         assert (health["judge_kind"], health["model_loaded"]) == ("generative", True)
-        body = httpx.post(f"{server.url}/judge", json={"prompt": "What is 2 + 2?", "completion": "It is 4.",
-                                                         "request_id": "g1"}, timeout=60).json()
+        body = httpx.post(
+            f"{server.url}/judge",
+            json={"prompt": "What is 2 + 2?", "completion": "It is 4.", "request_id": "g1"},
+            timeout=60,
+        ).json()
     assert body["request_id"] == "g1"
     # A 2-step judge may or may not answer in format; either way the server says which, never a silent 0.
     assert (body["score"] is not None and 0.0 <= body["score"] <= 1.0) != bool(body["error"])

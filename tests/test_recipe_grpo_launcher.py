@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.grpo_recipe import GRPO_DIR, REWARD_FUNCTIONS, dry_run_commands, launcher_env, run_launcher
 
-CPU_SITE = str(REPO_ROOT / "judge_rewards" / "training" / "cpu_site")
+CPU_SITE = str(REPO_ROOT / "training" / "cpu_site")
 AT_THE_END_ONLY = "2147483647"
 
 
@@ -72,9 +72,14 @@ def test_seed_defaults(data_files):
 def test_help_lists_the_seed_knobs_with_their_gpu_defaults():
     result = run_launcher("pointwise", "--help", env=launcher_env(DEVICE="cuda"))
     assert result.returncode == 0
-    for knob, default in [("MODEL_PATH", "Qwen/Qwen3-8B"), ("RAY_ADDRESS", "http://127.0.0.1:8265"),
-                          ("N_GPUS_PER_NODE", "8"), ("TRAIN_BATCH_SIZE", "96"), ("ROLLOUT_N", "4"),
-                          ("KL_LOSS_COEF", "0.001")]:
+    for knob, default in [
+        ("MODEL_PATH", "Qwen/Qwen3-8B"),
+        ("RAY_ADDRESS", "http://127.0.0.1:8265"),
+        ("N_GPUS_PER_NODE", "8"),
+        ("TRAIN_BATCH_SIZE", "96"),
+        ("ROLLOUT_N", "4"),
+        ("KL_LOSS_COEF", "0.001"),
+    ]:
         assert any(line.split()[:2] == [knob, default] for line in result.stdout.splitlines()), knob
 
 
@@ -85,8 +90,13 @@ KNOB_EFFECTS = [
     ({"TRAIN_BATCH_SIZE": "48"}, {"data.train_batch_size": "48"}),
     ({"PPO_MINI_BATCH_SIZE": "12"}, {"actor_rollout_ref.actor.ppo_mini_batch_size": "12"}),
     ({"MICRO_BATCH_SIZE": "2"}, {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2"}),
-    ({"LOG_PROB_MICRO_BATCH_SIZE": "8"}, {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "8",
-                                          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "8"}),
+    (
+        {"LOG_PROB_MICRO_BATCH_SIZE": "8"},
+        {
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "8",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "8",
+        },
+    ),
     ({"ROLLOUT_N": "8"}, {"actor_rollout_ref.rollout.n": "8"}),
     ({"KL_LOSS_COEF": "0.02"}, {"actor_rollout_ref.actor.kl_loss_coef": "0.02"}),
     ({"LR": "3e-6"}, {"actor_rollout_ref.actor.optim.lr": "3e-6"}),
@@ -101,17 +111,29 @@ KNOB_EFFECTS = [
     ({"ROLLOUT_ENGINE": "sglang"}, {"actor_rollout_ref.rollout.name": "sglang"}),
     ({"ROLLOUT_TP": "4"}, {"actor_rollout_ref.rollout.tensor_model_parallel_size": "4"}),
     ({"GPU_MEMORY_UTILIZATION": "0.8"}, {"actor_rollout_ref.rollout.gpu_memory_utilization": "0.8"}),
-    ({"LORA_RANK": "16", "LORA_ALPHA": "8", "LORA_TARGET_MODULES": "[q_proj,v_proj]", "EXPORT_DIR": "none"},
-     {"actor_rollout_ref.model.lora_rank": "16", "actor_rollout_ref.model.lora_alpha": "8",
-      "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]"}),
+    (
+        {"LORA_RANK": "16", "LORA_ALPHA": "8", "LORA_TARGET_MODULES": "[q_proj,v_proj]", "EXPORT_DIR": "none"},
+        {
+            "actor_rollout_ref.model.lora_rank": "16",
+            "actor_rollout_ref.model.lora_alpha": "8",
+            "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]",
+        },
+    ),
     ({"STRATEGY": "fsdp"}, {"actor_rollout_ref.actor.strategy": "fsdp", "actor_rollout_ref.ref.strategy": "fsdp"}),
     ({"GRADIENT_CHECKPOINTING": "false"}, {"actor_rollout_ref.model.enable_gradient_checkpointing": "false"}),
-    ({"OFFLOAD": "true"}, {"actor_rollout_ref.actor.fsdp_config.param_offload": "true",
-                           "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "true"}),
+    (
+        {"OFFLOAD": "true"},
+        {
+            "actor_rollout_ref.actor.fsdp_config.param_offload": "true",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "true",
+        },
+    ),
     ({"LOGGER": "[console,tensorboard]"}, {"trainer.logger": "[console,tensorboard]"}),
     ({"PROJECT_NAME": "p1", "EXPERIMENT_NAME": "e1"}, {"trainer.project_name": "p1", "trainer.experiment_name": "e1"}),
-    ({"SAVE_DIR": "/tmp/grpo-save"}, {"trainer.default_local_dir": "/tmp/grpo-save",
-                                      "hydra.run.dir": "/tmp/grpo-save/launch/hydra"}),
+    (
+        {"SAVE_DIR": "/tmp/grpo-save"},
+        {"trainer.default_local_dir": "/tmp/grpo-save", "hydra.run.dir": "/tmp/grpo-save/launch/hydra"},
+    ),
 ]
 
 
@@ -130,15 +152,22 @@ def test_lora_is_off_by_default(data_files):
 def test_data_files_reward_and_address(data_files, tmp_path):
     train, val = tmp_path / "t.parquet", tmp_path / "v.parquet"
     train.write_bytes(b""), val.write_bytes(b"")
-    trainer, export = trainer_and_export(data_files, "pairwise", DEVICE="cuda", RAY_MODE="submit",
-                                         TRAIN_FILE=train, VAL_FILE=val, RAY_ADDRESS="http://10.0.0.7:8265")
+    trainer, export = trainer_and_export(
+        data_files,
+        "pairwise",
+        DEVICE="cuda",
+        RAY_MODE="submit",
+        TRAIN_FILE=train,
+        VAL_FILE=val,
+        RAY_ADDRESS="http://10.0.0.7:8265",
+    )
     values = overrides(trainer)
     assert (values["data.train_files"], values["data.val_files"]) == (str(train), str(val))
     assert values["custom_reward_function.path"] == str(REPO_ROOT / "judge_rewards" / "grpo_rewards.py")
     assert values["custom_reward_function.name"] == REWARD_FUNCTIONS["pairwise"]
     assert values["reward_model.reward_manager"] == "naive"
     assert trainer[trainer.index("--address") + 1] == "http://10.0.0.7:8265"
-    assert export[:4] == ["python", "-m", "judge_rewards.training.export", "causal-lm"]
+    assert export[:4] == ["python", "-m", "training.export", "causal-lm"]
     assert export[export.index("--recipe") + 1] == "grpo-pairwise"
     assert export[export.index("--prompt-format") + 1] == "pairwise"  # judge.json records the template learned
 
@@ -155,8 +184,9 @@ def test_hydra_overrides_come_last(data_files):
 
 
 def test_cpu_local_run_declares_logical_gpus_and_stays_on_loopback(data_files):
-    trainer, export = trainer_and_export(data_files, DEVICE="cpu", RAY_MODE="local", N_GPUS_PER_NODE="2",
-                                         PPO_MINI_BATCH_SIZE="24")
+    trainer, export = trainer_and_export(
+        data_files, DEVICE="cpu", RAY_MODE="local", N_GPUS_PER_NODE="2", PPO_MINI_BATCH_SIZE="24"
+    )
     values = overrides(trainer)
     assert trainer[:3] == ["env", "-u", "RAY_ADDRESS"]
     assert values["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
@@ -173,12 +203,12 @@ def test_cpu_local_run_declares_logical_gpus_and_stays_on_loopback(data_files):
 def test_cpu_job_carries_the_cpu_mode_environment(data_files):
     trainer, _ = trainer_and_export(data_files, DEVICE="cpu", RAY_MODE="submit")
     start = trainer.index("ray")
-    assert trainer[start:start + 3] == ["ray", "job", "submit"]
+    assert trainer[start : start + 3] == ["ray", "job", "submit"]
     env_vars = json.loads(trainer[trainer.index("--runtime-env-json") + 1])["env_vars"]
     assert env_vars == {"PYTHONPATH": f"{CPU_SITE}:{REPO_ROOT}", "JUDGE_CPU_DTYPE": "fp32"}
     # the cluster declares its own resources: ray.init inside the job only connects
     assert not any("ray_kwargs" in arg for arg in trainer)
-    assert trainer[trainer.index("--") + 1:][:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert trainer[trainer.index("--") + 1 :][:3] == ["python", "-m", "verl.trainer.main_ppo"]
 
 
 def test_pointwise_and_pairwise_differ_only_in_their_mode(tmp_path_factory):
@@ -290,7 +320,8 @@ def test_gpu_rollout_tp_must_divide_the_gpus(data_files):
 def test_launchers_are_thin():
     """Both recipes are the shared script plus their mode, reward function and help text."""
     for script in ("pointwise/run_pointwise.sh", "pairwise/run_pairwise.sh"):
-        code = [line for line in (GRPO_DIR / script).read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+        code = [
+            line for line in (GRPO_DIR / script).read_text().splitlines() if line.strip() and not line.startswith("#")
+        ]
         assert code[-1] == 'source "$(dirname "${BASH_SOURCE[0]}")/../common/grpo.sh"'
         assert len(code) == 4, code

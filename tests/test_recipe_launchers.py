@@ -25,12 +25,17 @@ def inputs(tmp_path) -> dict[str, str]:
     (model / "config.json").write_text("{}")
     for name in ("train.parquet", "val.parquet"):
         (tmp_path / name).touch()
-    return {"MODEL_PATH": str(model), "TRAIN_FILE": str(tmp_path / "train.parquet"),
-            "VAL_FILE": str(tmp_path / "val.parquet"), "SAVE_DIR": str(tmp_path / "run")}
+    return {
+        "MODEL_PATH": str(model),
+        "TRAIN_FILE": str(tmp_path / "train.parquet"),
+        "VAL_FILE": str(tmp_path / "val.parquet"),
+        "SAVE_DIR": str(tmp_path / "run"),
+    }
 
 
-@pytest.mark.parametrize("launcher, module", [(SFT_LAUNCHER, "verl.trainer.fsdp_sft_trainer"),
-                                              (BT_LAUNCHER, "judge_rewards.training.bt_trainer")])
+@pytest.mark.parametrize(
+    "launcher, module", [(SFT_LAUNCHER, "verl.trainer.fsdp_sft_trainer"), (BT_LAUNCHER, "training.bt_trainer")]
+)
 def test_dry_run_prints_the_commands_and_starts_nothing(inputs, launcher, module):
     result = run_launcher(launcher, "--dry-run", "trainer.seed=7", MICRO_BATCH_SIZE=3, TRAIN_BATCH_SIZE=6, **inputs)
     assert result.returncode == 0, result.stderr
@@ -38,7 +43,7 @@ def test_dry_run_prints_the_commands_and_starts_nothing(inputs, launcher, module
     assert train.startswith("torchrun --standalone") and f"-m {module}" in train
     assert "data.micro_batch_size_per_gpu=3" in train and "trainer.device=cpu" in train
     assert train.endswith("trainer.seed=7")
-    assert "judge_rewards.training.export" in export and f"{inputs['SAVE_DIR']}/hf" in export
+    assert "training.export" in export and f"{inputs['SAVE_DIR']}/hf" in export
     assert "dry run: inputs are valid; nothing was started" in result.stderr
     assert not Path(inputs["SAVE_DIR"]).exists()
 
@@ -47,10 +52,19 @@ def test_bt_dry_run_carries_the_recipe_defaults(inputs):
     result = run_launcher(BT_LAUNCHER, "--dry-run", **inputs)
     assert result.returncode == 0, result.stderr
     train = shlex.split(result.stdout.splitlines()[0])
-    expected = ["data.train_batch_size=256", "data.micro_batch_size_per_gpu=1", "data.max_length=4096",
-                "optim.lr=2e-6", "trainer.total_epochs=3", "model.strategy=fsdp2", "optim.weight_decay=0.001",
-                "optim.lr_warmup_steps_ratio=0.03", "optim.clip_grad=2.0", "optim.lr_scheduler=cosine",
-                "trainer.logger=[console]"]
+    expected = [
+        "data.train_batch_size=256",
+        "data.micro_batch_size_per_gpu=1",
+        "data.max_length=4096",
+        "optim.lr=2e-6",
+        "trainer.total_epochs=3",
+        "model.strategy=fsdp2",
+        "optim.weight_decay=0.001",
+        "optim.lr_warmup_steps_ratio=0.03",
+        "optim.clip_grad=2.0",
+        "optim.lr_scheduler=cosine",
+        "trainer.logger=[console]",
+    ]
     assert set(expected) <= set(train)
 
 
@@ -58,9 +72,15 @@ def test_sft_dry_run_carries_the_recipe_defaults(inputs):
     result = run_launcher(SFT_LAUNCHER, "--dry-run", **inputs)
     assert result.returncode == 0, result.stderr
     train = shlex.split(result.stdout.splitlines()[0])
-    expected = ["data.train_batch_size=96", "data.micro_batch_size_per_gpu=12", "data.max_length=4096",
-                "data.truncation=right", "data.multiturn.enable=true", "data.multiturn.messages_key=messages",
-                "trainer.total_epochs=1"]
+    expected = [
+        "data.train_batch_size=96",
+        "data.micro_batch_size_per_gpu=12",
+        "data.max_length=4096",
+        "data.truncation=right",
+        "data.multiturn.enable=true",
+        "data.multiturn.messages_key=messages",
+        "trainer.total_epochs=1",
+    ]
     assert set(expected) <= set(train)
 
 
@@ -98,9 +118,10 @@ SFT_ONLY = [
 ]
 
 
-@pytest.mark.parametrize("launcher, knob, value, message",
-                         [(SFT_LAUNCHER, *case) for case in BAD_KNOBS + SFT_ONLY]
-                         + [(BT_LAUNCHER, *case) for case in BAD_KNOBS + BT_ONLY])
+@pytest.mark.parametrize(
+    "launcher, knob, value, message",
+    [(SFT_LAUNCHER, *case) for case in BAD_KNOBS + SFT_ONLY] + [(BT_LAUNCHER, *case) for case in BAD_KNOBS + BT_ONLY],
+)
 def test_a_bad_knob_is_named_before_anything_starts(inputs, launcher, knob, value, message):
     knobs = {**inputs, "TRAIN_BATCH_SIZE": 8, "MICRO_BATCH_SIZE": 4, knob: value}
     result = run_launcher(launcher, "--dry-run", **knobs)
@@ -112,8 +133,14 @@ def test_a_bad_knob_is_named_before_anything_starts(inputs, launcher, knob, valu
 def test_help_lists_every_knob_with_its_default():
     result = run_launcher(BT_LAUNCHER, "--help")
     assert result.returncode == 0
-    for knob, default in (("TRAIN_BATCH_SIZE", "256"), ("MICRO_BATCH_SIZE", "1"), ("LR", "2e-6"),
-                          ("WEIGHT_DECAY", "0.001"), ("MARGIN_MODE", "none"), ("MASTER_PORT", "29500")):
+    for knob, default in (
+        ("TRAIN_BATCH_SIZE", "256"),
+        ("MICRO_BATCH_SIZE", "1"),
+        ("LR", "2e-6"),
+        ("WEIGHT_DECAY", "0.001"),
+        ("MARGIN_MODE", "none"),
+        ("MASTER_PORT", "29500"),
+    ):
         assert re.search(rf"^\s+{knob}\s+{re.escape(default)}\s", result.stdout, flags=re.MULTILINE), knob
 
 

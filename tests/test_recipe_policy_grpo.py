@@ -21,11 +21,11 @@ import httpx
 import pytest
 
 from data_prep import offline
-from serving.process import free_port, start_server
 from tests.conftest import REPO_ROOT
 from tests.grpo_recipe import launcher_env as grpo_launcher_env
 from tests.grpo_recipe import processes_mentioning
 from tests.launcher_helpers import logged_metrics
+from tests.support.servers import free_port, start_server
 from tests.test_recipe_grpo import run_bash
 
 RECIPE_DIR = REPO_ROOT / "cookbooks" / "rl_with_judge_reward"
@@ -47,8 +47,14 @@ def launcher_env(**knobs) -> dict[str, str]:
 
 
 def dry_run(**knobs) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(LAUNCHER), "--dry-run", "--config", str(CPU_CONFIG)], cwd=REPO_ROOT,
-                          env=launcher_env(**knobs), text=True, capture_output=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(LAUNCHER), "--dry-run", "--config", str(CPU_CONFIG)],
+        cwd=REPO_ROOT,
+        env=launcher_env(**knobs),
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def overrides(command_line: str) -> dict[str, str]:
@@ -72,8 +78,16 @@ def stand_in_judge():
     class Judge(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path == "/health":
-                self._answer(200, {"status": "ok", "judge_kind": "scalar", "model_id": "stand-in",
-                                   "backend": "none", "model_version": "v0"})
+                self._answer(
+                    200,
+                    {
+                        "status": "ok",
+                        "judge_kind": "scalar",
+                        "model_id": "stand-in",
+                        "backend": "none",
+                        "model_version": "v0",
+                    },
+                )
             elif self.headers.get("Authorization") == f"Bearer {API_KEY}":
                 self._answer(200, {})
             else:
@@ -96,8 +110,13 @@ def stand_in_judge():
 
 
 def valid_knobs(policy_data, tiny_model_dir, judge_url) -> dict:
-    return {**policy_data, "MODEL_PATH": tiny_model_dir, "RAY_MODE": "local", "JUDGE_MODEL_URL": judge_url,
-            "JUDGE_MODEL_API_KEY": API_KEY}
+    return {
+        **policy_data,
+        "MODEL_PATH": tiny_model_dir,
+        "RAY_MODE": "local",
+        "JUDGE_MODEL_URL": judge_url,
+        "JUDGE_MODEL_API_KEY": API_KEY,
+    }
 
 
 BAD_INPUTS = [
@@ -113,8 +132,9 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("knobs, message", BAD_INPUTS, ids=[",".join(f"{k}={v}" for k, v in knobs.items())
-                                                             for knobs, _ in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "knobs, message", BAD_INPUTS, ids=[",".join(f"{k}={v}" for k, v in knobs.items()) for knobs, _ in BAD_INPUTS]
+)
 def test_bad_judge_settings_stop_before_anything_starts(policy_data, tiny_model_dir, stand_in_judge, knobs, message):
     result = dry_run(**{**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), **knobs})
     assert result.returncode == 2, result.stderr
@@ -123,9 +143,15 @@ def test_bad_judge_settings_stop_before_anything_starts(policy_data, tiny_model_
 
 
 def test_the_judge_becomes_verls_reward_with_the_adapter_settings(policy_data, tiny_model_dir, stand_in_judge):
-    result = dry_run(**valid_knobs(policy_data, tiny_model_dir, stand_in_judge + "/"), JUDGE_MAX_BATCH_SIZE=8,
-                     JUDGE_MAX_CONCURRENT=4, JUDGE_TIMEOUT=2.5, JUDGE_MAX_RETRIES=1, JUDGE_FALLBACK_TO_RULE="false",
-                     ROLLOUT_DATA_DIR="rollouts")
+    result = dry_run(
+        **valid_knobs(policy_data, tiny_model_dir, stand_in_judge + "/"),
+        JUDGE_MAX_BATCH_SIZE=8,
+        JUDGE_MAX_CONCURRENT=4,
+        JUDGE_TIMEOUT=2.5,
+        JUDGE_MAX_RETRIES=1,
+        JUDGE_FALLBACK_TO_RULE="false",
+        ROLLOUT_DATA_DIR="rollouts",
+    )
     assert result.returncode == 0, result.stderr
     assert f"judge at {stand_in_judge}: scalar judge stand-in (none, version v0)" in result.stderr
     trainer_line, export_line = result.stdout.splitlines()
@@ -133,14 +159,26 @@ def test_the_judge_becomes_verls_reward_with_the_adapter_settings(policy_data, t
     assert trainer["reward_model.reward_manager"] == "batch"
     assert trainer["custom_reward_function.path"] == str(REPO_ROOT / "judge_rewards" / "verl_reward.py")
     assert trainer["custom_reward_function.name"] == "compute_score_batch"
-    kwargs = {key.rsplit(".", 1)[1]: value for key, value in trainer.items()
-              if key.startswith("+custom_reward_function.reward_kwargs.")}
-    assert kwargs == {"judge_url": stand_in_judge, "max_batch_size": "8", "max_concurrent_requests": "4",
-                      "timeout": "2.5", "max_retries": "1", "fallback_to_rule": "false"}
+    kwargs = {
+        key.rsplit(".", 1)[1]: value
+        for key, value in trainer.items()
+        if key.startswith("+custom_reward_function.reward_kwargs.")
+    }
+    assert kwargs == {
+        "judge_url": stand_in_judge,
+        "max_batch_size": "8",
+        "max_concurrent_requests": "4",
+        "timeout": "2.5",
+        "max_retries": "1",
+        "fallback_to_rule": "false",
+    }
     assert trainer["trainer.rollout_data_dir"] == str(REPO_ROOT / "rollouts")
-    assert (trainer["data.train_files"], trainer["trainer.project_name"]) == (str(policy_data["TRAIN_FILE"]), "policy-grpo")
+    assert (trainer["data.train_files"], trainer["trainer.project_name"]) == (
+        str(policy_data["TRAIN_FILE"]),
+        "policy-grpo",
+    )
     export = shlex.split(export_line)
-    assert export[:4] == ["python", "-m", "judge_rewards.training.export", "causal-lm"]
+    assert export[:4] == ["python", "-m", "training.export", "causal-lm"]
     assert "--not-a-judge" in export and export[export.index("--recipe") + 1] == "grpo-policy"
     assert API_KEY not in result.stdout + result.stderr
 
@@ -149,16 +187,26 @@ def test_naive_reward_manager_calls_the_per_sample_function(policy_data, tiny_mo
     result = dry_run(**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), REWARD_MANAGER="naive")
     assert result.returncode == 0, result.stderr
     trainer = overrides(result.stdout.splitlines()[0])
-    assert (trainer["reward_model.reward_manager"], trainer["custom_reward_function.name"]) == ("naive", "compute_score")
+    assert (trainer["reward_model.reward_manager"], trainer["custom_reward_function.name"]) == (
+        "naive",
+        "compute_score",
+    )
 
 
 def test_default_data_is_the_offline_policy_split(tiny_model_dir, stand_in_judge, tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / "policy").mkdir(parents=True, exist_ok=True)
         (tmp_path / "data" / "policy" / f"{split}.parquet").write_bytes(b"")
-    result = subprocess.run(["bash", str(LAUNCHER), "--dry-run"], cwd=tmp_path, text=True, capture_output=True,
-                            timeout=60, env=launcher_env(MODEL_PATH=tiny_model_dir, RAY_MODE="local",
-                                                         JUDGE_MODEL_URL=stand_in_judge, JUDGE_MODEL_API_KEY=API_KEY))
+    result = subprocess.run(
+        ["bash", str(LAUNCHER), "--dry-run"],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env=launcher_env(
+            MODEL_PATH=tiny_model_dir, RAY_MODE="local", JUDGE_MODEL_URL=stand_in_judge, JUDGE_MODEL_API_KEY=API_KEY
+        ),
+    )
     assert result.returncode == 0, result.stderr
     trainer = overrides(result.stdout.splitlines()[0])
     assert trainer["data.train_files"] == f"{tmp_path}/data/policy/train.parquet"
@@ -201,10 +249,15 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
     save_dir, rollouts, validation = tmp_path / "save", tmp_path / "rollouts", tmp_path / "validation"
     before = judgements_answered(judge_server.url)
     with tempfile.TemporaryDirectory(prefix="rayp", dir="/tmp") as ray_tmpdir:
-        env = launcher_env(**valid_knobs(policy_data, tiny_model_dir, judge_server.url), SAVE_DIR=save_dir,
-                           ROLLOUT_DATA_DIR=rollouts, RAY_TMPDIR=ray_tmpdir)
-        output = run_bash(LAUNCHER, "--config", str(CPU_CONFIG), f"trainer.validation_data_dir={validation}",
-                          env=env, cwd=RECIPE_DIR)
+        env = launcher_env(
+            **valid_knobs(policy_data, tiny_model_dir, judge_server.url),
+            SAVE_DIR=save_dir,
+            ROLLOUT_DATA_DIR=rollouts,
+            RAY_TMPDIR=ray_tmpdir,
+        )
+        output = run_bash(
+            LAUNCHER, "--config", str(CPU_CONFIG), f"trainer.validation_data_dir={validation}", env=env, cwd=RECIPE_DIR
+        )
         assert processes_mentioning(ray_tmpdir) == [], "a Ray process outlived the run"
     judged = judgements_answered(judge_server.url) - before
 

@@ -30,10 +30,21 @@ def runs(tiny_model_dir, message_files, tmp_path_factory) -> dict[int, tuple[Pat
     outputs = {}
     for processes, strategy in ((2, "fsdp2"), (1, "fsdp")):
         save_dir = root / f"{strategy}_{processes}"
-        result = run_launcher(SFT_LAUNCHER, MODEL_PATH=tiny_model_dir, TRAIN_FILE=train_file, VAL_FILE=val_file,
-                              SAVE_DIR=save_dir, N_GPUS_PER_NODE=processes, STRATEGY=strategy, TRAIN_BATCH_SIZE=8,
-                              MICRO_BATCH_SIZE=MICRO_BATCH_SIZE, MAX_LENGTH=MAX_LENGTH, LR="5e-3",
-                              TOTAL_EPOCHS=2, TOTAL_TRAINING_STEPS=STEPS)
+        result = run_launcher(
+            SFT_LAUNCHER,
+            MODEL_PATH=tiny_model_dir,
+            TRAIN_FILE=train_file,
+            VAL_FILE=val_file,
+            SAVE_DIR=save_dir,
+            N_GPUS_PER_NODE=processes,
+            STRATEGY=strategy,
+            TRAIN_BATCH_SIZE=8,
+            MICRO_BATCH_SIZE=MICRO_BATCH_SIZE,
+            MAX_LENGTH=MAX_LENGTH,
+            LR="5e-3",
+            TOTAL_EPOCHS=2,
+            TOTAL_TRAINING_STEPS=STEPS,
+        )
         assert result.returncode == 0, (result.stdout + result.stderr)[-2500:]
         outputs[processes] = (save_dir, result.stdout)
     return outputs
@@ -65,13 +76,17 @@ def verl_validation_loss(model_dir: Path, val_file: Path, world_size: int) -> fl
     for start in range(0, len(per_rank[0]) // MICRO_BATCH_SIZE * MICRO_BATCH_SIZE, MICRO_BATCH_SIZE):
         rank_losses = []
         for indices in per_rank:
-            items = [dataset[i] for i in indices[start:start + MICRO_BATCH_SIZE]]
+            items = [dataset[i] for i in indices[start : start + MICRO_BATCH_SIZE]]
             input_ids = torch.stack([item["input_ids"] for item in items])
             with torch.no_grad():
-                logits = model(input_ids=input_ids, attention_mask=torch.stack([item["attention_mask"] for item in items]),
-                               position_ids=torch.stack([item["position_ids"] for item in items])).logits
-            token_losses = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten(),
-                                                             reduction="none")
+                logits = model(
+                    input_ids=input_ids,
+                    attention_mask=torch.stack([item["attention_mask"] for item in items]),
+                    position_ids=torch.stack([item["position_ids"] for item in items]),
+                ).logits
+            token_losses = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten(), reduction="none"
+            )
             mask = torch.stack([item["loss_mask"] for item in items])[:, 1:].flatten()
             rank_losses.append((token_losses * mask).sum() / (mask.sum() + 1e-8))
         batch_losses.append(torch.stack(rank_losses).mean())
@@ -93,13 +108,14 @@ def test_the_exported_causal_lm_gives_the_trained_models_loss(runs, message_file
 def test_the_exported_judge_generates_with_its_chat_template(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judge_rewards import templates
+    from judge_rewards.protocol import templates
 
     model_dir = runs[2][0] / "hf"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    prompt = tokenizer.apply_chat_template(templates.pointwise_messages("What is 2 + 2?", "4"),
-                                           add_generation_prompt=True, return_tensors="pt")
+    prompt = tokenizer.apply_chat_template(
+        templates.pointwise_messages("What is 2 + 2?", "4"), add_generation_prompt=True, return_tensors="pt"
+    )
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
     output = model.generate(prompt, max_new_tokens=5, do_sample=False)
     assert output.shape[1] > prompt.shape[1]

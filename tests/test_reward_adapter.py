@@ -23,9 +23,8 @@ from judge_rewards import (
 )
 from judge_rewards.circuit_breaker import CircuitBreaker
 from judge_rewards.judge_reward_adapter import MultiCritiqueJudge
-
-from serving.process import free_port
 from tests.reward_adapter_servers import FaultyJudgeServer
+from tests.support.servers import free_port
 
 # ---- configuration -----------------------------------------------------------------------------------
 
@@ -51,30 +50,51 @@ def test_seed_config_resolves_env_references_and_leaves_unset_optional_keys_defa
 
 
 def test_env_variables_fill_absent_keys_and_are_cast():
-    environ = {"JUDGE_MODEL_URL": "http://judge:8888", "JUDGE_MAX_BATCH_SIZE": "8", "JUDGE_MAX_CONCURRENT": "4",
-               "JUDGE_MODEL_API_KEY": "secret"}
+    environ = {
+        "JUDGE_MODEL_URL": "http://judge:8888",
+        "JUDGE_MAX_BATCH_SIZE": "8",
+        "JUDGE_MAX_CONCURRENT": "4",
+        "JUDGE_MODEL_API_KEY": "secret",
+    }
     config = JudgeRewardConfig.from_mapping({}, environ=environ)
     assert (config.max_batch_size, config.max_concurrent_requests, config.api_key) == (8, 4, "secret")
     assert isinstance(config.max_batch_size, int)
 
 
 def test_explicit_config_wins_over_env_variables():
-    config = JudgeRewardConfig.from_mapping({"judge_url": "http://a:1", "max_batch_size": 32},
-                                            environ={"JUDGE_MODEL_URL": "http://b:2", "JUDGE_MAX_BATCH_SIZE": "8"})
+    config = JudgeRewardConfig.from_mapping(
+        {"judge_url": "http://a:1", "max_batch_size": 32},
+        environ={"JUDGE_MODEL_URL": "http://b:2", "JUDGE_MAX_BATCH_SIZE": "8"},
+    )
     assert (config.judge_url, config.max_batch_size) == ("http://a:1", 32)
 
 
 def test_env_reference_default_and_string_values_are_cast():
     config = JudgeRewardConfig.from_mapping(
-        {"judge_url": "${NOPE:-http://fallback:9}", "timeout": "2.5", "use_cache": "false", "max_retries": "${RETRIES}"},
-        environ={"RETRIES": "0"})
-    assert (config.judge_url, config.timeout, config.use_cache, config.max_retries) == ("http://fallback:9", 2.5, False, 0)
+        {
+            "judge_url": "${NOPE:-http://fallback:9}",
+            "timeout": "2.5",
+            "use_cache": "false",
+            "max_retries": "${RETRIES}",
+        },
+        environ={"RETRIES": "0"},
+    )
+    assert (config.judge_url, config.timeout, config.use_cache, config.max_retries) == (
+        "http://fallback:9",
+        2.5,
+        False,
+        0,
+    )
 
 
 @pytest.mark.parametrize(
     "config, environ, message",
     [
-        ({}, {"JUDGE_MAX_BATCH_SIZE": "sixteen", "JUDGE_MODEL_URL": "http://j:1"}, "max_batch_size: expected an integer (from env JUDGE_MAX_BATCH_SIZE"),
+        (
+            {},
+            {"JUDGE_MAX_BATCH_SIZE": "sixteen", "JUDGE_MODEL_URL": "http://j:1"},
+            "max_batch_size: expected an integer (from env JUDGE_MAX_BATCH_SIZE",
+        ),
         ({"judge_url": "http://j:1", "max_concurrent_requests": 0}, {}, "max_concurrent_requests: must be >= 1"),
         ({"judge_url": "http://j:1", "use_cache": "maybe"}, {}, "use_cache: expected a boolean"),
         ({"judge_url": "http://j:1", "max_batch_size": 8.5}, {}, "max_batch_size: expected an integer"),
@@ -98,7 +118,10 @@ def test_every_setting_has_a_line_of_help():
 
 
 def test_importing_templates_does_not_import_the_http_client():
-    code = "import sys, judge_rewards.templates, judge_rewards.rules; assert 'httpx' not in sys.modules, 'httpx imported'"
+    code = (
+        "import sys, judge_rewards.protocol.templates, judge_rewards.rules; "
+        "assert 'httpx' not in sys.modules, 'httpx imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -124,8 +147,13 @@ def test_circuit_breaker_opens_probes_once_and_closes():
     assert breaker.try_acquire()  # the probe
     assert not breaker.try_acquire() and breaker.rejects_now()  # one probe at a time
     assert breaker.record_success() is True
-    assert breaker.snapshot() | {"reset_timeout_s": 0} == {"state": "closed", "failures": 0, "threshold": 2,
-                                                            "reset_timeout_s": 0, "times_opened": 1}
+    assert breaker.snapshot() | {"reset_timeout_s": 0} == {
+        "state": "closed",
+        "failures": 0,
+        "threshold": 2,
+        "reset_timeout_s": 0,
+        "times_opened": 1,
+    }
 
 
 def test_failed_probe_reopens_the_circuit():
@@ -150,20 +178,35 @@ def faulty():
 
 
 def make_system(url: str, **overrides) -> JudgeRewardSystem:
-    config = {"judge_url": url, "max_retries": 1, "timeout": 5.0, "batch_timeout": 0.05, "circuit_breaker_threshold": 3,
-              "circuit_breaker_timeout": 30.0, **overrides}
+    config = {
+        "judge_url": url,
+        "max_retries": 1,
+        "timeout": 5.0,
+        "batch_timeout": 0.05,
+        "circuit_breaker_threshold": 3,
+        "circuit_breaker_timeout": 30.0,
+        **overrides,
+    }
     return JudgeRewardSystem(config)
 
 
 def item(n: int, completion: str | None = None) -> dict:
-    return {"prompt": f"What is {n}?", "completion": completion or f"\\boxed{{{n}}}", "answer": str(n), "answer_type": "NUMBER"}
+    return {
+        "prompt": f"What is {n}?",
+        "completion": completion or f"\\boxed{{{n}}}",
+        "answer": str(n),
+        "answer_type": "NUMBER",
+    }
 
 
 def test_results_are_matched_by_request_id_not_by_order(faulty):
     with make_system(faulty.url, max_batch_size=50, batch_timeout=0.5) as system:
         results = system.reward_batch([item(n) for n in range(1, 41)])
         assert [r["reward"] for r in results] == [n / 1000 for n in range(1, 41)]  # the server answers in reverse
-        assert all(r["source"] == "judge" and r["explanation"] == f"item {n}" for n, r in zip(range(1, 41), results))
+        assert all(
+            r["source"] == "judge" and r["explanation"] == f"item {n}"
+            for n, r in zip(range(1, 41), results, strict=True)
+        )
         assert system.get_metrics()["batched_fraction"] > 0.5
 
 
@@ -195,8 +238,14 @@ def test_only_retryable_statuses_are_retried(faulty, status, retried):
         assert faulty.requests_received == (3 if retried else 1)
 
 
-@pytest.mark.parametrize("mode, reason", [("item_error", "judge output unparsable"),
-                                          ("drop_first", "no result for request_id"), ("bad_score", "invalid score 1.7")])
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("item_error", "judge output unparsable"),
+        ("drop_first", "no result for request_id"),
+        ("bad_score", "invalid score 1.7"),
+    ],
+)
 def test_item_level_failures_fall_back_for_that_item_only(faulty, mode, reason):
     faulty.mode = mode
     with make_system(faulty.url, max_batch_size=3, batch_timeout=1.0) as system:
@@ -204,7 +253,7 @@ def test_item_level_failures_fall_back_for_that_item_only(faulty, mode, reason):
         results = system.reward_batch([item(n) for n in numbers])
         assert faulty.requests_received == 1
         assert sorted(r["source"] for r in results) == ["judge", "judge", "rule_fallback"]
-        for n, result in zip(numbers, results):
+        for n, result in zip(numbers, results, strict=True):
             if result["source"] == "judge":
                 assert result["reward"] == n / 1000
             else:
@@ -222,12 +271,15 @@ def test_slow_server_times_out_and_falls_back(faulty):
 
 def test_callers_stop_waiting_when_the_queue_is_slower_than_the_timeout(faulty):
     faulty.mode, faulty.delay = "slow", 0.8  # each batch answers in time, but one at a time
-    with make_system(faulty.url, timeout=1.0, max_retries=0, max_batch_size=1, max_concurrent_requests=1) as system, \
-            concurrent.futures.ThreadPoolExecutor(6) as callers:
+    with (
+        make_system(faulty.url, timeout=1.0, max_retries=0, max_batch_size=1, max_concurrent_requests=1) as system,
+        concurrent.futures.ThreadPoolExecutor(6) as callers,
+    ):
         results = list(callers.map(lambda n: system.reward(**item(n)), range(1, 7)))
         assert all(r["source"] in ("judge", "rule_fallback") for r in results)
         assert [r["reward"] for r in results if r["source"] == "rule_fallback"] == [1.0] * sum(
-            r["source"] == "rule_fallback" for r in results)
+            r["source"] == "rule_fallback" for r in results
+        )
         timed_out = [r for r in results if r["error"] and r["error"].startswith("Timeout waiting for results")]
         assert timed_out, results
 
@@ -245,7 +297,9 @@ def test_identical_requests_in_flight_share_one_judgement(faulty):
         assert system.get_metrics()["deduplicated"] == 4
         faulty.release.set()
         results = [f.result(timeout=10) for f in [first, *others]]
-        assert {(r["reward"], r["source"], r["request_id"]) for r in results} == {(0.009, "judge", results[0]["request_id"])}
+        assert {(r["reward"], r["source"], r["request_id"]) for r in results} == {
+            (0.009, "judge", results[0]["request_id"])
+        }
         assert faulty.items_received == 1
 
 
@@ -272,9 +326,11 @@ def test_fallback_off_raises_a_clear_error():
 
 
 def test_no_reference_answer_and_no_judge_is_an_error_not_a_zero():
-    with make_system(f"http://127.0.0.1:{free_port()}", max_retries=0) as system:
-        with pytest.raises(JudgeUnavailableError, match="the rule fallback cannot score it either: no reference answer"):
-            system.reward("What is 2+2?", "4", answer=None)
+    with (
+        make_system(f"http://127.0.0.1:{free_port()}", max_retries=0) as system,
+        pytest.raises(JudgeUnavailableError, match="the rule fallback cannot score it either: no reference answer"),
+    ):
+        system.reward("What is 2+2?", "4", answer=None)
 
 
 def test_circuit_opens_after_consecutive_failures_and_fails_fast(faulty):
@@ -344,6 +400,16 @@ def test_subclass_hook_changes_judgements_and_keeps_cache_and_fallback(faulty):
     with LenientJudge({"judge_url": faulty.url}) as judge:
         assert judge.reward(**item(2))["reward"] == 0.1
         assert judge.reward(**item(2)) | {"request_id": None} == {
-            "reward": 0.1, "source": "cache", "explanation": "item 2", "request_id": None, "error": None, "detailed_scores": None}
+            "reward": 0.1,
+            "source": "cache",
+            "explanation": "item 2",
+            "request_id": None,
+            "error": None,
+            "detailed_scores": None,
+        }
         refused = judge.reward(**item(13))
-        assert (refused["source"], refused["error"], refused["reward"]) == ("rule_fallback", "this judge refuses 13", 1.0)
+        assert (refused["source"], refused["error"], refused["reward"]) == (
+            "rule_fallback",
+            "this judge refuses 13",
+            1.0,
+        )

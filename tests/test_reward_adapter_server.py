@@ -26,15 +26,25 @@ def judge_server(tmp_path_factory):
 
 
 def make_system(url: str, **overrides) -> JudgeRewardSystem:
-    return JudgeRewardSystem({"judge_url": url, "max_retries": 1, "timeout": 10.0, "circuit_breaker_threshold": 2,
-                              "circuit_breaker_timeout": 3.0, **overrides})
+    return JudgeRewardSystem(
+        {
+            "judge_url": url,
+            "max_retries": 1,
+            "timeout": 10.0,
+            "circuit_breaker_threshold": 2,
+            "circuit_breaker_timeout": 3.0,
+            **overrides,
+        }
+    )
 
 
 def numbered_item(n: int) -> tuple[dict, float]:
     """A NUMBER item whose reference is n, and the score the rule judge gives it (every third is wrong)."""
     correct = n % 3 != 0
     completion = f"Step by step... so the answer is \\boxed{{{n if correct else n + 1}}}"
-    return {"prompt": f"What is {n} + 0?", "completion": completion, "answer": str(n), "answer_type": "NUMBER"}, float(correct)
+    return {"prompt": f"What is {n} + 0?", "completion": completion, "answer": str(n), "answer_type": "NUMBER"}, float(
+        correct
+    )
 
 
 def test_the_seed_example_scores_through_the_judge(judge_server, monkeypatch):
@@ -71,7 +81,11 @@ def test_many_threads_are_batched_matched_and_cached(judge_server):
         again = run_all(system)
         assert all(result["source"] == "cache" for _, result in again)
         metrics = system.get_metrics()
-        assert (metrics["cache_hits"], metrics["cache_hit_rate"], metrics["items_sent"]) == (len(numbers), 0.5, len(numbers))
+        assert (metrics["cache_hits"], metrics["cache_hit_rate"], metrics["items_sent"]) == (
+            len(numbers),
+            0.5,
+            len(numbers),
+        )
         assert metrics["current_queue_size"] == 0 and metrics["circuit_breaker"]["state"] == "closed"
 
 

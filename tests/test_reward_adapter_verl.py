@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from judge_rewards import verl_reward
-from serving.process import free_port
 from tests.conftest import REPO_ROOT
 from tests.reward_adapter_servers import start_rule_server
+from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -53,14 +53,24 @@ def rollout_batch(tokenizer, rollouts=ROLLOUTS):
     pad = tokenizer.pad_token_id
     prompt_ids = torch.tensor([[pad] * (prompt_len - len(p)) + p for p in prompts])
     response_ids = torch.tensor([r + [pad] * (response_len - len(r)) for r in responses])
-    mask = torch.tensor([[0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
-                         for p, r in zip(prompts, responses)])
+    mask = torch.tensor(
+        [
+            [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
+            for p, r in zip(prompts, responses, strict=True)
+        ]
+    )
     return DataProto.from_dict(
-        tensors={"prompts": prompt_ids, "responses": response_ids, "attention_mask": mask,
-                 "input_ids": torch.cat([prompt_ids, response_ids], dim=1)},
+        tensors={
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "attention_mask": mask,
+            "input_ids": torch.cat([prompt_ids, response_ids], dim=1),
+        },
         non_tensors={
             "data_source": np.array(["judge_policy"] * len(rollouts), dtype=object),
-            "reward_model": np.array([{"style": "model", "ground_truth": gt} for _, _, gt, _ in rollouts], dtype=object),
+            "reward_model": np.array(
+                [{"style": "model", "ground_truth": gt} for _, _, gt, _ in rollouts], dtype=object
+            ),
             "extra_info": np.array([{"question": q, "index": i} for i, (q, *_) in enumerate(rollouts)], dtype=object),
         },
     )
@@ -71,12 +81,17 @@ def verl_reward_manager(tokenizer, manager: str, function: str, judge_url: str):
     from omegaconf import OmegaConf
     from verl.trainer.ppo.reward import load_reward_manager
 
-    config = OmegaConf.create({
-        "custom_reward_function": {"path": str(REPO_ROOT / "judge_rewards" / "verl_reward.py"), "name": function,
-                                   "reward_kwargs": {"judge_url": judge_url, "max_retries": 0}},
-        "reward_model": {"reward_manager": manager},
-        "data": {"reward_fn_key": "data_source"},
-    })
+    config = OmegaConf.create(
+        {
+            "custom_reward_function": {
+                "path": str(REPO_ROOT / "judge_rewards" / "verl_reward.py"),
+                "name": function,
+                "reward_kwargs": {"judge_url": judge_url, "max_retries": 0},
+            },
+            "reward_model": {"reward_manager": manager},
+            "data": {"reward_fn_key": "data_source"},
+        }
+    )
     sys.modules.pop("custom_module", None)  # verl caches the loaded file under this name
     return load_reward_manager(config, tokenizer, num_examine=0)
 
@@ -85,7 +100,7 @@ def verl_reward_manager(tokenizer, manager: str, function: str, judge_url: str):
 def test_verl_reward_managers_score_rollouts_with_the_judge(judge_server, tokenizer, manager, function):
     data = rollout_batch(tokenizer)
     output = verl_reward_manager(tokenizer, manager, function, judge_server.url)(data, return_dict=True)
-    last_token = data.batch["attention_mask"][:, data.batch["prompts"].shape[1]:].sum(-1) - 1
+    last_token = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].sum(-1) - 1
     scores = output["reward_tensor"][torch.arange(len(ROLLOUTS)), last_token]
     assert scores.tolist() == [expected for *_, expected in ROLLOUTS]
     extra = output["reward_extra_info"]
@@ -95,7 +110,9 @@ def test_verl_reward_managers_score_rollouts_with_the_judge(judge_server, tokeni
 
 def test_rule_fallback_is_flagged_for_verl_metrics(tokenizer):
     data = rollout_batch(tokenizer)
-    output = verl_reward_manager(tokenizer, "batch", "compute_score_batch", f"http://127.0.0.1:{free_port()}")(data, return_dict=True)
+    output = verl_reward_manager(tokenizer, "batch", "compute_score_batch", f"http://127.0.0.1:{free_port()}")(
+        data, return_dict=True
+    )
     extra = output["reward_extra_info"]
     assert extra["source"] == ["rule_fallback"] * len(ROLLOUTS) and extra["from_rule_fallback"] == [1.0] * len(ROLLOUTS)
     assert extra["score"] == [expected for *_, expected in ROLLOUTS]
@@ -108,13 +125,17 @@ def test_a_row_without_the_question_is_a_clear_error(judge_server):
 
 def test_message_list_questions_from_parquet_are_accepted(judge_server):
     question = np.array([{"role": "user", "content": "What is 2+2?"}], dtype=object)
-    result = verl_reward.compute_score("judge_policy", "\\boxed{4}", "4", {"question": question}, judge_url=judge_server.url)
+    result = verl_reward.compute_score(
+        "judge_policy", "\\boxed{4}", "4", {"question": question}, judge_url=judge_server.url
+    )
     assert result["score"] == 1.0 and result["source"] in ("judge", "cache")
 
 
 def test_import_builds_no_client():
-    code = ("import judge_rewards.verl_reward as v, sys; assert not v._systems; "
-            "assert 'JudgeReward-client' not in [t.name for t in __import__('threading').enumerate()]")
+    code = (
+        "import judge_rewards.verl_reward as v, sys; assert not v._systems; "
+        "assert 'JudgeReward-client' not in [t.name for t in __import__('threading').enumerate()]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
 
 

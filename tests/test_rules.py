@@ -68,7 +68,9 @@ def test_math_expressions(completion, answer, expected):
 
 def test_math_refuses_astronomical_powers_off_the_main_thread():
     results = []
-    worker = threading.Thread(target=lambda: results.append(score_answer("\\boxed{9^{9^{9}}}", "5", "MATH_EXPRESSIONS")))
+    worker = threading.Thread(
+        target=lambda: results.append(score_answer("\\boxed{9^{9^{9}}}", "5", "MATH_EXPRESSIONS"))
+    )
     worker.start()
     worker.join(timeout=60)
     assert not worker.is_alive()

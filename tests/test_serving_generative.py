@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from serving.process import start_server
+from tests.support.servers import start_server
 from tests.test_serving_scalar import assert_clean_shutdown, metric_value, post_concurrently, varied_requests
 
 MAX_NEW_TOKENS = 8
@@ -16,9 +16,19 @@ MAX_NEW_TOKENS = 8
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):  # no judge.json: the kind comes from the config's LlamaForCausalLM
-    running = start_server(["--model", str(tiny_model_dir), "--max-new-tokens", str(MAX_NEW_TOKENS),
-                            "--max-batch-size", "4", "--temperature", "0"],
-                           log_path=tmp_path_factory.mktemp("generative_server") / "server.log")
+    running = start_server(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--max-new-tokens",
+            str(MAX_NEW_TOKENS),
+            "--max-batch-size",
+            "4",
+            "--temperature",
+            "0",
+        ],
+        log_path=tmp_path_factory.mktemp("generative_server") / "server.log",
+    )
     yield running
     assert_clean_shutdown(running)
 
@@ -29,8 +39,9 @@ def test_health_names_a_generative_judge(server):
 
 
 def test_an_unparsable_answer_is_an_error_not_a_score(server):
-    response = httpx.post(f"{server.url}/judge", json={"prompt": "What is 2+2?", "completion": "4", "request_id": "g1"},
-                          timeout=60)
+    response = httpx.post(
+        f"{server.url}/judge", json={"prompt": "What is 2+2?", "completion": "4", "request_id": "g1"}, timeout=60
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["request_id"] == "g1" and body["score"] is None

@@ -11,7 +11,7 @@ import tempfile
 import httpx
 import pytest
 
-from serving.process import start_server
+from tests.support.servers import start_server
 from tests.test_serving_scalar import post_concurrently, unbatched_rewards, varied_requests
 
 REPLICAS = 2
@@ -27,10 +27,25 @@ def ray_temp_dir():
 
 @pytest.fixture(scope="module")
 def server(tiny_scalar_judge_dir, ray_temp_dir, tmp_path_factory):
-    running = start_server(["--model", str(tiny_scalar_judge_dir), "--replicas", str(REPLICAS), "--num-cpus-per-replica",
-                            "0.5", "--ray-num-cpus", "2", "--max-batch-size", "8", "--batch-timeout", "0.2"],
-                           log_path=tmp_path_factory.mktemp("ray_server") / "server.log", module="serving.ray_serve",
-                           env={**os.environ, "RAY_TMPDIR": ray_temp_dir})
+    running = start_server(
+        [
+            "--model",
+            str(tiny_scalar_judge_dir),
+            "--replicas",
+            str(REPLICAS),
+            "--num-cpus-per-replica",
+            "0.5",
+            "--ray-num-cpus",
+            "2",
+            "--max-batch-size",
+            "8",
+            "--batch-timeout",
+            "0.2",
+        ],
+        log_path=tmp_path_factory.mktemp("ray_server") / "server.log",
+        module="serving.ray_serve",
+        env={**os.environ, "RAY_TMPDIR": ray_temp_dir},
+    )
     yield running
     assert running.stop() == 0
     with pytest.raises(ProcessLookupError):  # signal 0 probes the group: GCS, raylet and replicas are gone too
@@ -41,7 +56,7 @@ def test_replicas_serve_the_same_api(server, tiny_scalar_judge_dir):
     requests = varied_requests(24, seed=7)
     expected = unbatched_rewards(tiny_scalar_judge_dir, requests)
     responses = asyncio.run(post_concurrently(server.url, "/judge", requests))
-    for request, response in zip(requests, responses):
+    for request, response in zip(requests, responses, strict=True):
         body = response.json()
         assert body["request_id"] == request["request_id"]
         assert body["metadata"]["raw_reward"] == pytest.approx(expected[request["request_id"]], abs=1e-6)
@@ -61,6 +76,7 @@ def test_every_replica_answers(server):
                 if len(seen) == REPLICAS:
                     break
             return seen
+
     assert len(asyncio.run(replicas_seen())) == REPLICAS
     health = httpx.get(f"{server.url}/health").json()
     assert (health["judge_kind"], health["max_batch_size"]) == ("scalar", 8)

@@ -9,7 +9,7 @@ import os
 import httpx
 import pytest
 
-from serving.process import start_server
+from tests.support.servers import start_server
 from tests.test_serving_scalar import assert_clean_shutdown, metric_value, post_concurrently
 
 API_KEY = "test-secret"
@@ -18,16 +18,20 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = start_server(["--judge", "rule"], log_path=tmp_path_factory.mktemp("rule_server") / "server.log",
-                           env={**os.environ, "JUDGE_SERVER_API_KEY": API_KEY})
+    running = start_server(
+        ["--judge", "rule"],
+        log_path=tmp_path_factory.mktemp("rule_server") / "server.log",
+        env={**os.environ, "JUDGE_SERVER_API_KEY": API_KEY},
+    )
     yield running
     assert_clean_shutdown(running)
 
 
 @pytest.fixture(scope="module")
 def unbatched_server(tmp_path_factory):
-    running = start_server(["--judge", "rule", "--no-batching"],
-                           log_path=tmp_path_factory.mktemp("unbatched_server") / "server.log")
+    running = start_server(
+        ["--judge", "rule", "--no-batching"], log_path=tmp_path_factory.mktemp("unbatched_server") / "server.log"
+    )
     yield running
     assert_clean_shutdown(running)
 
@@ -37,10 +41,15 @@ def test_health_needs_no_key(server):
     assert (health["judge_kind"], health["backend"]) == ("rule", "rules")
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/judge"), ("POST", "/batch_judge"), ("GET", "/metrics"),
-                                          ("GET", "/openapi.json"), ("GET", "/docs")])
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}],
-                         ids=["no-key", "wrong-key", "no-bearer"])
+@pytest.mark.parametrize(
+    "method, path",
+    [("POST", "/judge"), ("POST", "/batch_judge"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs")],
+)
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}],
+    ids=["no-key", "wrong-key", "no-bearer"],
+)
 def test_every_other_route_needs_the_key(server, method, path, headers):
     response = httpx.request(method, f"{server.url}{path}", headers=headers, json={})
     assert response.status_code == 401
@@ -49,9 +58,17 @@ def test_every_other_route_needs_the_key(server, method, path, headers):
 
 def test_the_key_opens_the_routes(server):
     assert httpx.get(f"{server.url}/metrics", headers=AUTH).status_code == 200
-    response = httpx.post(f"{server.url}/judge", headers=AUTH, json={
-        "prompt": "What is 2+2?", "completion": "The answer is **boxed{4}**", "answer": "4", "answer_type": "NUMBER",
-        "request_id": "unique_id"})
+    response = httpx.post(
+        f"{server.url}/judge",
+        headers=AUTH,
+        json={
+            "prompt": "What is 2+2?",
+            "completion": "The answer is **boxed{4}**",
+            "answer": "4",
+            "answer_type": "NUMBER",
+            "request_id": "unique_id",
+        },
+    )
     body = response.json()
     assert (body["score"], body["request_id"], body["error"]) == (1.0, "unique_id", None)
     assert body["explanation"] and body["metadata"]["answer_type"] == "NUMBER"
@@ -78,7 +95,9 @@ def test_a_batch_mixes_scores_and_per_item_errors(server):
 def test_no_batching_runs_one_judgement_per_model_call(unbatched_server):
     assert httpx.get(f"{unbatched_server.url}/health").json()["max_batch_size"] == 1
     batches_before = metric_value(unbatched_server.url, "judge_batch_size_count")
-    bodies = [{"prompt": "2+2?", "completion": f"The answer is {n}", "answer": "4", "request_id": str(n)} for n in range(12)]
+    bodies = [
+        {"prompt": "2+2?", "completion": f"The answer is {n}", "answer": "4", "request_id": str(n)} for n in range(12)
+    ]
     responses = asyncio.run(post_concurrently(unbatched_server.url, "/judge", bodies))
     assert [r.json()["score"] for r in responses] == [float(n == 4) for n in range(12)]
     assert metric_value(unbatched_server.url, "judge_batch_size_count") - batches_before == 12

@@ -11,22 +11,42 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from judge_rewards import templates
-from serving.process import start_server
+from judge_rewards.protocol import templates
+from tests.support.servers import start_server
 
 MAX_TEXT_CHARS = 5000
 MAX_BATCH_REQUESTS = 64
 MAX_INPUT_TOKENS = 256
 MAX_BODY_BYTES = 400_000
-WORDS = "the judge reads every answer and scores it from zero to four with care".split()
+WORDS = [
+    "the",
+    "judge",
+    "reads",
+    "every",
+    "answer",
+    "and",
+    "scores",
+    "it",
+    "from",
+    "zero",
+    "to",
+    "four",
+    "with",
+    "care",
+]
 
 
 def varied_requests(count: int, seed: int = 0) -> list[dict]:
     """Requests of varied lengths (so that batches hold several length groups), each with its own id."""
     rng = random.Random(seed)
-    return [{"prompt": " ".join(rng.choices(WORDS, k=rng.randint(2, 30))),
-             "completion": " ".join(rng.choices(WORDS, k=rng.randint(1, 60))),
-             "request_id": f"req-{i}"} for i in range(count)]
+    return [
+        {
+            "prompt": " ".join(rng.choices(WORDS, k=rng.randint(2, 30))),
+            "completion": " ".join(rng.choices(WORDS, k=rng.randint(1, 60))),
+            "request_id": f"req-{i}",
+        }
+        for i in range(count)
+    ]
 
 
 def unbatched_rewards(model_dir, requests: list[dict]) -> dict[str, float]:
@@ -38,15 +58,18 @@ def unbatched_rewards(model_dir, requests: list[dict]) -> dict[str, float]:
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     rewards = {}
     for request in requests:
-        text = tokenizer.apply_chat_template(templates.conversation_messages(request["prompt"], request["completion"]),
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(
+            templates.conversation_messages(request["prompt"], request["completion"]), tokenize=False
+        )
         with torch.inference_mode():
             inputs = tokenizer(text, add_special_tokens=False, return_tensors="pt")
             rewards[request["request_id"]] = model(**inputs).logits[0, 0].item()
     return rewards
 
 
-async def post_concurrently(url: str, path: str, bodies: list[dict], headers: dict | None = None) -> list[httpx.Response]:
+async def post_concurrently(
+    url: str, path: str, bodies: list[dict], headers: dict | None = None
+) -> list[httpx.Response]:
     async with httpx.AsyncClient(base_url=url, timeout=120, headers=headers) as client:
         return await asyncio.gather(*(client.post(path, json=body) for body in bodies))
 
@@ -69,10 +92,25 @@ def assert_clean_shutdown(server) -> None:
 
 @pytest.fixture(scope="module")
 def server(tiny_scalar_judge_dir, tmp_path_factory):
-    running = start_server(["--model", str(tiny_scalar_judge_dir), "--max-batch-size", "8", "--batch-timeout", "0.2",
-                            "--max-text-chars", str(MAX_TEXT_CHARS), "--max-batch-requests", str(MAX_BATCH_REQUESTS),
-                            "--max-input-tokens", str(MAX_INPUT_TOKENS), "--max-body-bytes", str(MAX_BODY_BYTES)],
-                           log_path=tmp_path_factory.mktemp("scalar_server") / "server.log")
+    running = start_server(
+        [
+            "--model",
+            str(tiny_scalar_judge_dir),
+            "--max-batch-size",
+            "8",
+            "--batch-timeout",
+            "0.2",
+            "--max-text-chars",
+            str(MAX_TEXT_CHARS),
+            "--max-batch-requests",
+            str(MAX_BATCH_REQUESTS),
+            "--max-input-tokens",
+            str(MAX_INPUT_TOKENS),
+            "--max-body-bytes",
+            str(MAX_BODY_BYTES),
+        ],
+        log_path=tmp_path_factory.mktemp("scalar_server") / "server.log",
+    )
     yield running
     assert_clean_shutdown(running)
 
@@ -80,15 +118,26 @@ def server(tiny_scalar_judge_dir, tmp_path_factory):
 def test_health_names_the_judge(server, tiny_scalar_judge_dir):
     health = httpx.get(f"{server.url}/health").json()
     assert health["status"] == "ok" and health["model_loaded"] is True
-    assert (health["judge_kind"], health["backend"], health["model_id"]) == ("scalar", "transformers", tiny_scalar_judge_dir.name)
+    assert (health["judge_kind"], health["backend"], health["model_id"]) == (
+        "scalar",
+        "transformers",
+        tiny_scalar_judge_dir.name,
+    )
     assert len(health["model_version"]) == 12
     assert (health["max_batch_size"], health["batch_timeout"], health["queue_depth"]) == (8, 0.2, 0)
 
 
 def test_judge_answers_the_guide_example(server):
-    response = httpx.post(f"{server.url}/judge", json={
-        "prompt": "What is 2+2?", "completion": "The answer is **boxed{4}**", "answer": "4", "answer_type": "NUMBER",
-        "request_id": "unique_id"})
+    response = httpx.post(
+        f"{server.url}/judge",
+        json={
+            "prompt": "What is 2+2?",
+            "completion": "The answer is **boxed{4}**",
+            "answer": "4",
+            "answer_type": "NUMBER",
+            "request_id": "unique_id",
+        },
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["request_id"] == "unique_id" and body["error"] is None
@@ -102,10 +151,12 @@ def test_concurrent_requests_each_get_their_own_score(server, tiny_scalar_judge_
     requests = varied_requests(40)
     expected = unbatched_rewards(tiny_scalar_judge_dir, requests)
     ordered = sorted(expected.values())
-    assert min(b - a for a, b in zip(ordered, ordered[1:])) > 1e-5, "the test needs distinguishable rewards"
+    assert min(b - a for a, b in zip(ordered, ordered[1:], strict=True)) > 1e-5, (
+        "the test needs distinguishable rewards"
+    )
     random.Random(1).shuffle(requests)
     responses = asyncio.run(post_concurrently(server.url, "/judge", requests))
-    for request, response in zip(requests, responses):
+    for request, response in zip(requests, responses, strict=True):
         body = response.json()
         assert body["request_id"] == request["request_id"]
         assert body["metadata"]["raw_reward"] == pytest.approx(expected[request["request_id"]], abs=1e-6)
@@ -137,8 +188,10 @@ def test_batch_judge_answers_in_order_with_request_ids(server):
 
 def test_a_batch_item_too_long_for_the_model_fails_alone(server):
     too_long = " ".join(random.Random(4).choices(WORDS, k=600))
-    requests = [{"prompt": "Hi", "completion": "Hello", "request_id": "short"},
-                {"prompt": "Hi", "completion": too_long, "request_id": "long"}]
+    requests = [
+        {"prompt": "Hi", "completion": "Hello", "request_id": "short"},
+        {"prompt": "Hi", "completion": too_long, "request_id": "long"},
+    ]
     responses = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=60).json()["responses"]
     assert responses[0]["error"] is None and 0 <= responses[0]["score"] <= 1
     assert responses[1]["request_id"] == "long" and responses[1]["score"] is None
@@ -149,19 +202,40 @@ BAD_REQUESTS = [
     ("/judge", {"prompt": "p"}, 422, "Field required"),
     ("/judge", {"prompt": 3, "completion": "c"}, 422, "valid string"),
     ("/judge", {"prompt": "p", "completion": ["c"]}, 422, "valid string"),
-    ("/judge", {"prompt": [{"role": "robot", "content": "x"}], "completion": "c"}, 422, "'system', 'user' or 'assistant'"),
+    (
+        "/judge",
+        {"prompt": [{"role": "robot", "content": "x"}], "completion": "c"},
+        422,
+        "'system', 'user' or 'assistant'",
+    ),
     ("/judge", {"prompt": [], "completion": "c"}, 422, "List should have at least 1 item"),
     ("/judge", {"prompt": "p", "completion": "c", "request_id": "x" * 257}, 422, "at most 256 characters"),
-    ("/judge", {"prompt": "p", "completion": "c" * (MAX_TEXT_CHARS + 1)}, 413,
-     f"completion has {MAX_TEXT_CHARS + 1} characters; the limit is {MAX_TEXT_CHARS}"),
+    (
+        "/judge",
+        {"prompt": "p", "completion": "c" * (MAX_TEXT_CHARS + 1)},
+        413,
+        f"completion has {MAX_TEXT_CHARS + 1} characters; the limit is {MAX_TEXT_CHARS}",
+    ),
     ("/batch_judge", {"requests": []}, 422, "at least 1 item"),
     ("/batch_judge", {"request": []}, 422, "Field required"),
-    ("/batch_judge", {"requests": [{"prompt": "p", "completion": "c"}] * (MAX_BATCH_REQUESTS + 1)}, 413,
-     f"the limit is {MAX_BATCH_REQUESTS} (--max-batch-requests)"),
-    ("/batch_judge", {"requests": [{"prompt": "p", "completion": "c", "request_id": "a"}] * 2}, 422,
-     "request ids must be unique"),
-    ("/batch_judge", {"requests": [{"prompt": "p", "completion": "c"}, {"prompt": "p", "completion": "c" * (MAX_TEXT_CHARS + 1)}]},
-     413, "requests[1].completion has"),
+    (
+        "/batch_judge",
+        {"requests": [{"prompt": "p", "completion": "c"}] * (MAX_BATCH_REQUESTS + 1)},
+        413,
+        f"the limit is {MAX_BATCH_REQUESTS} (--max-batch-requests)",
+    ),
+    (
+        "/batch_judge",
+        {"requests": [{"prompt": "p", "completion": "c", "request_id": "a"}] * 2},
+        422,
+        "request ids must be unique",
+    ),
+    (
+        "/batch_judge",
+        {"requests": [{"prompt": "p", "completion": "c"}, {"prompt": "p", "completion": "c" * (MAX_TEXT_CHARS + 1)}]},
+        413,
+        "requests[1].completion has",
+    ),
 ]
 
 
@@ -173,7 +247,9 @@ def test_bad_input_gets_4xx_with_the_reason(server, path, body, status, reason):
 
 
 def test_malformed_and_oversized_bodies_are_refused(server):
-    malformed = httpx.post(f"{server.url}/judge", content=b'{"prompt": "p", ', headers={"content-type": "application/json"})
+    malformed = httpx.post(
+        f"{server.url}/judge", content=b'{"prompt": "p", ', headers={"content-type": "application/json"}
+    )
     assert malformed.status_code == 422 and "JSON decode error" in malformed.text
     huge = httpx.post(f"{server.url}/judge", content=b"x" * (MAX_BODY_BYTES + 1))
     assert huge.status_code == 413 and "--max-body-bytes" in huge.text
@@ -181,6 +257,7 @@ def test_malformed_and_oversized_bodies_are_refused(server):
     def chunks():  # no Content-Length: the size is only known while reading
         for _ in range(MAX_BODY_BYTES // 1000 + 2):
             yield b" " * 1000
+
     chunked = httpx.post(f"{server.url}/judge", content=chunks(), headers={"content-type": "application/json"})
     assert chunked.status_code == 413 and "--max-body-bytes" in chunked.text
 
@@ -198,8 +275,14 @@ def test_openapi_schema_describes_the_api(server):
 
 def test_metrics_count_requests_errors_and_latency(server):
     text = httpx.get(f"{server.url}/metrics").text
-    for name in ("judge_http_requests_total", "judge_http_request_seconds_bucket", "judge_judgements_total",
-                 "judge_batch_size_bucket", "judge_batch_seconds_bucket", "judge_queue_depth"):
+    for name in (
+        "judge_http_requests_total",
+        "judge_http_request_seconds_bucket",
+        "judge_judgements_total",
+        "judge_batch_size_bucket",
+        "judge_batch_seconds_bucket",
+        "judge_queue_depth",
+    ):
         assert name in text
     assert metric_value(server.url, "judge_http_requests_total", {"route": "/judge", "status": "422"}) >= 1
     assert metric_value(server.url, "judge_judgements_total", {"outcome": "error"}) >= 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_rewards.judge_spec import JudgeSpec
+from judge_rewards.protocol.judge_spec import JudgeSpec
 from serving.batching import DynamicBatcher, QueueFull, score_isolating_failures
 from serving.config import JudgeConfig, ServingConfig
 from serving.judges import BackendUnavailable, JudgeItem, Verdict, load_judge
@@ -28,18 +28,27 @@ def build_rigged_generative_judge(tiny_model_dir, out_dir):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from judge_rewards import templates
+    from judge_rewards.protocol import templates
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.add_tokens(["<think>", "</think>", "<score>", "</score>"])
-    prompt = tokenizer.apply_chat_template(templates.pointwise_messages("q", "r"), tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        templates.pointwise_messages("q", "r"), tokenize=False, add_generation_prompt=True
+    )
     prompt_end = tokenizer(prompt, add_special_tokens=False)["input_ids"][-1]
     chain = [prompt_end, *tokenizer(RIGGED_ANSWER, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
     assert len(set(chain)) == len(chain), "every token of the chain needs its own successor"
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -47,7 +56,7 @@ def build_rigged_generative_judge(tiny_model_dir, out_dir):
             layer.mlp.down_proj.weight.zero_()
         model.model.embed_tokens.weight.zero_()
         model.lm_head.weight.zero_()
-        for position, (token, successor) in enumerate(zip(chain, chain[1:])):
+        for position, (token, successor) in enumerate(zip(chain, chain[1:], strict=True)):
             model.model.embed_tokens.weight[token, position] = 1.0
             model.lm_head.weight[successor, position] = 10.0
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -79,9 +88,14 @@ def test_api_key_comes_from_the_flag_or_the_environment(monkeypatch):
     assert parse_arguments(["--judge", "rule"])[1].api_key is None
 
 
-@pytest.mark.parametrize("argv, message", [([], "--model is required"),
-                                           (["--judge", "rule", "--max-batch-size", "0"], "max_batch_size"),
-                                           (["--judge", "rule", "--top-p", "0"], "top_p")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "--model is required"),
+        (["--judge", "rule", "--max-batch-size", "0"], "max_batch_size"),
+        (["--judge", "rule", "--top-p", "0"], "top_p"),
+    ],
+)
 def test_invalid_flags_are_refused_with_the_reason(argv, message, capsys):
     with pytest.raises(SystemExit):
         parse_arguments(argv)
@@ -107,11 +121,13 @@ def test_length_groups_with_no_padding_allowed_split_every_length():
 
 def _score_by_length(calls):
     """A judge function that records its batch sizes and scores a completion by its length."""
+
     def score_batch(items):
         calls.append(len(items))
         if any(item.completion == "boom" for item in items):
             raise ValueError("boom")
         return [Verdict(score=len(item.completion) / 100) for item in items]
+
     return score_batch
 
 
@@ -124,14 +140,16 @@ def _run_batcher(score_batch, requests, **options):
             return await asyncio.gather(*(batcher.submit(items) for items in requests)), observed
         finally:
             await batcher.stop()
+
     return asyncio.run(main())
 
 
 def test_batcher_collects_concurrent_requests_into_batches_and_answers_each_its_own():
     calls = []
     requests = [[JudgeItem("p", "x" * n)] for n in range(1, 11)]
-    answers, observed = _run_batcher(_score_by_length(calls), requests, max_batch_size=4, batch_timeout=0.5,
-                                     max_queue_size=100)
+    answers, observed = _run_batcher(
+        _score_by_length(calls), requests, max_batch_size=4, batch_timeout=0.5, max_queue_size=100
+    )
     assert calls == [4, 4, 2] and observed == calls
     assert [verdicts[0].score for verdicts in answers] == [n / 100 for n in range(1, 11)]
 
@@ -146,8 +164,9 @@ def test_a_failing_item_fails_alone():
 
 def test_batcher_refuses_work_past_its_queue_size():
     with pytest.raises(QueueFull, match="max-queue-size 3"):
-        _run_batcher(_score_by_length([]), [[JudgeItem("p", "c")] * 4], max_batch_size=2, batch_timeout=0,
-                     max_queue_size=3)
+        _run_batcher(
+            _score_by_length([]), [[JudgeItem("p", "c")] * 4], max_batch_size=2, batch_timeout=0, max_queue_size=3
+        )
 
 
 # ---- judges --------------------------------------------------------------------------------------------
@@ -215,10 +234,13 @@ def test_the_scalar_judges_4d_mask_gives_transformers_own_rewards(tiny_scalar_ju
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_scalar_judge_dir)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_scalar_judge_dir).eval()
-    batch = tokenizer(["a short answer", "a much longer answer that needs padding on the others"],
-                      padding=True, return_tensors="pt")
+    batch = tokenizer(
+        ["a short answer", "a much longer answer that needs padding on the others"], padding=True, return_tensors="pt"
+    )
     assert not batch["attention_mask"].all()  # the batch really is padded
     with torch.inference_mode():
         own = model(**batch).logits
-        ours = model(input_ids=batch["input_ids"], attention_mask=right_padded_causal_mask(batch["attention_mask"])).logits
+        ours = model(
+            input_ids=batch["input_ids"], attention_mask=right_padded_causal_mask(batch["attention_mask"])
+        ).logits
     assert torch.allclose(own, ours, atol=1e-6)

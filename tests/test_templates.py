@@ -1,6 +1,6 @@
 import pytest
 
-from judge_rewards import templates as t
+from judge_rewards.protocol import templates as t
 
 
 @pytest.mark.parametrize(
@@ -70,11 +70,20 @@ def test_parse_pairwise_rejects(text, reason):
 
 
 def test_prompts_embed_the_conversation_and_answer_format():
-    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-                    {"role": "user", "content": "2+2?"}]
+    conversation = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "2+2?"},
+    ]
     [message] = t.pointwise_messages(conversation, "4", reference="4")
     assert message["role"] == "user"
-    for piece in ("[User]\nHi", "[Assistant]\nHello", "## Response to rate\n4", "## Reference answer\n4", "<score>N</score>"):
+    for piece in (
+        "[User]\nHi",
+        "[Assistant]\nHello",
+        "## Response to rate\n4",
+        "## Reference answer\n4",
+        "<score>N</score>",
+    ):
         assert piece in message["content"]
     [pair] = t.pairwise_messages("2+2?", "4", "5")
     assert "## Response A\n4" in pair["content"] and "## Response B\n5" in pair["content"]
@@ -82,7 +91,10 @@ def test_prompts_embed_the_conversation_and_answer_format():
 
 
 def test_conversation_messages_and_validation():
-    assert t.conversation_messages("q", "a") == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert t.conversation_messages("q", "a") == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
     with pytest.raises(ValueError, match="message 0"):
         t.as_messages([{"role": "robot", "content": "x"}])
 

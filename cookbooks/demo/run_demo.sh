@@ -40,7 +40,7 @@ MODEL_PATH="$MODEL_DIR" TRAIN_FILE="$DATA_DIR/bradley_terry/train.parquet" VAL_F
     SAVE_DIR="$DEMO_DIR/bt" bash cookbooks/training_judge_model/bradley-terry/run_bt_rm.sh --config "$BT_CONFIG"
 
 step "4/6 serve the judge: python -m serving --model $JUDGE_DIR"
-port="$(python -c 'from serving.process import free_port; print(free_port())')"
+port="$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 url="http://127.0.0.1:$port"
 python -m serving --model "$JUDGE_DIR" --model-id "bt-$BASE_MODEL-demo" --port "$port" > "$DEMO_DIR/server.log" 2>&1 &
 server_pid=$!
@@ -57,7 +57,7 @@ step "5/6 rewards through JudgeRewardSystem (JUDGE_MODEL_URL=$url)"
 JUDGE_MODEL_URL="$url" python cookbooks/demo/score_samples.py --data "$DATA_DIR/eval/test.parquet"
 
 step "6/6 RewardBench2-style evaluation on the held-out offline set"
-python -m judge_rewards.evaluate --judge-url "$url" --data "$DATA_DIR/eval/test.parquet" --out "$DEMO_DIR/eval"
+python -m evaluation --judge-url "$url" --data "$DATA_DIR/eval/test.parquet" --out "$DEMO_DIR/eval"
 
 step "done in $(( (SECONDS - started) / 60 )) min"
 echo "checkpoints:   $DEMO_DIR/bt (training log: $DEMO_DIR/bt/launch/train.log)"

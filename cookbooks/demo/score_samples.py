@@ -49,13 +49,17 @@ def main() -> None:
     with JudgeRewardSystem(REWARD_CONFIG) as reward_system:
         with concurrent.futures.ThreadPoolExecutor(len(items)) as pool:
             results = list(pool.map(lambda item: reward_system.reward(item["prompt"], item["completion"]), items))
-        for item, result in zip(items, results):
-            print(f"{result['reward']:.3f}  {result['source']:<6} {item['kind']:<8} "
-                  f"{item['prompt'][:50]!r} -> {item['completion'][:60]!r}")
+        for item, result in zip(items, results, strict=True):
+            print(
+                f"{result['reward']:.3f}  {result['source']:<6} {item['kind']:<8} "
+                f"{item['prompt'][:50]!r} -> {item['completion'][:60]!r}"
+            )
         metrics = reward_system.get_metrics()
-    print(f"judge metrics: batched_fraction={metrics['batched_fraction']}, mean_batch_size={metrics['mean_batch_size']}, "
-          f"latency p50={metrics['latency']['p50']}, error_rate={metrics['error_rate']}, "
-          f"circuit={metrics['circuit_breaker']['state']}")
+    print(
+        f"judge metrics: batched_fraction={metrics['batched_fraction']}, mean_batch_size={metrics['mean_batch_size']}, "
+        f"latency p50={metrics['latency']['p50']}, error_rate={metrics['error_rate']}, "
+        f"circuit={metrics['circuit_breaker']['state']}"
+    )
 
 
 if __name__ == "__main__":

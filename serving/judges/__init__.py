@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from judge_rewards.judge_spec import JudgeSpec, load_judge_spec
+from judge_rewards.protocol.judge_spec import JudgeSpec, load_judge_spec
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable, Judge, JudgeIdentity, JudgeItem, Verdict
@@ -31,8 +31,10 @@ def load_judge(config: JudgeConfig) -> Judge:
 
         return ScalarJudge(config, spec if spec.kind == "scalar" else JudgeSpec(kind="scalar"))
     if spec.prompt_format != "pointwise":
-        raise ValueError(f"{config.model} is a {spec.prompt_format} judge (trained to pick the better of two "
-                         "answers); /judge scores one completion, which needs a pointwise or scalar judge")
+        raise ValueError(
+            f"{config.model} is a {spec.prompt_format} judge (trained to pick the better of two "
+            "answers); /judge scores one completion, which needs a pointwise or scalar judge"
+        )
     from .generative import GenerativeJudge
 
     return GenerativeJudge(config)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from judge_rewards.judge_api import JudgeItem
+from judge_rewards.protocol.judge_api import JudgeItem
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Verdict:
     error: str | None = None
 
     @classmethod
-    def failed(cls, error: str, **metadata: Any) -> "Verdict":
+    def failed(cls, error: str, **metadata: Any) -> Verdict:
         return cls(score=None, error=error, metadata=metadata)
 
 

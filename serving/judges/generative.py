@@ -1,12 +1,13 @@
-"""Generative pointwise judge: a causal LM answers the pointwise template of judge_rewards.templates with
+"""Generative pointwise judge: a causal LM answers the pointwise template of judge_rewards.protocol.templates with
 `<think>..</think><score>N</score>`; N/4 is the score, and an unparsable answer is an error, not a 0."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
-from judge_rewards import templates
+from judge_rewards.protocol import templates
 
 from ..config import JudgeConfig
 from . import hf
@@ -41,11 +42,12 @@ class GenerativeJudge(Judge):
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        encodings, verdicts = hf.encode_checked(self._tokenizer, [self.input_text(i) for i in items],
-                                                self._config.max_input_tokens)
+        encodings, verdicts = hf.encode_checked(
+            self._tokenizer, [self.input_text(i) for i in items], self._config.max_input_tokens
+        )
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
         generations = self._generator.generate([encodings[i] for i in readable])
-        for index, generation in zip(readable, generations):
+        for index, generation in zip(readable, generations, strict=True):
             verdicts[index] = self._verdict(generation)
         return verdicts
 
@@ -53,10 +55,16 @@ class GenerativeJudge(Judge):
         judgement = templates.parse_pointwise(generation.text)
         metadata = {"generated_tokens": generation.new_tokens}
         if not judgement.ok:
-            cut = (f" (generation stopped at --max-new-tokens {self._config.max_new_tokens})"
-                   if generation.hit_token_limit else "")
-            return Verdict.failed(f"unparsable judge answer: {judgement.error}{cut}",
-                                  judge_output=generation.text[:ANSWER_EXCERPT_CHARS], **metadata)
+            cut = (
+                f" (generation stopped at --max-new-tokens {self._config.max_new_tokens})"
+                if generation.hit_token_limit
+                else ""
+            )
+            return Verdict.failed(
+                f"unparsable judge answer: {judgement.error}{cut}",
+                judge_output=generation.text[:ANSWER_EXCERPT_CHARS],
+                **metadata,
+            )
         return Verdict(
             score=templates.normalized_score(judgement.value),
             explanation=_reasoning(generation.text),
@@ -69,7 +77,7 @@ def _reasoning(text: str) -> str:
     start, end = text.find("<think>"), text.rfind("</think>")
     if end < 0:
         return ""
-    return text[start + len("<think>") if 0 <= start < end else 0:end].strip()
+    return text[start + len("<think>") if 0 <= start < end else 0 : end].strip()
 
 
 def _make_generator(config: JudgeConfig, tokenizer) -> Generator:
@@ -91,15 +99,18 @@ class TransformersGenerator:
         self._config = config
         self._tokenizer = tokenizer
         self._device = hf.resolve_device(config.device)
-        self._model = AutoModelForCausalLM.from_pretrained(
-            config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device)).to(self._device).eval()
+        self._model = (
+            AutoModelForCausalLM.from_pretrained(config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device))
+            .to(self._device)
+            .eval()
+        )
         self._stop_ids = _stop_token_ids(self._model.generation_config, tokenizer)
         torch.manual_seed(config.seed)
 
     def generate(self, prompts: list[list[int]]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
         for group in length_groups([len(p) for p in prompts], self._config.max_padding_fraction):
-            for index, generation in zip(group, self._generate_padded([prompts[i] for i in group])):
+            for index, generation in zip(group, self._generate_padded([prompts[i] for i in group]), strict=True):
                 results[index] = generation
         return results
 
@@ -107,13 +118,16 @@ class TransformersGenerator:
         batch = self._tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self._device)
         with self._torch.inference_mode():
             output = self._model.generate(**batch, **self._sampling_arguments())
-        new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
+        new_tokens = output[:, batch["input_ids"].shape[1] :].tolist()
         return [self._generation(tokens) for tokens in new_tokens]
 
     def _sampling_arguments(self) -> dict:
         config = self._config
-        arguments = {"max_new_tokens": config.max_new_tokens, "pad_token_id": self._tokenizer.pad_token_id,
-                     "eos_token_id": sorted(self._stop_ids)}
+        arguments = {
+            "max_new_tokens": config.max_new_tokens,
+            "pad_token_id": self._tokenizer.pad_token_id,
+            "eos_token_id": sorted(self._stop_ids),
+        }
         if config.temperature > 0:
             return {**arguments, "do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
         return {**arguments, "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
@@ -121,8 +135,11 @@ class TransformersGenerator:
     def _generation(self, tokens: list[int]) -> Generation:
         stop = next((i for i, token in enumerate(tokens) if token in self._stop_ids), None)
         kept = tokens if stop is None else tokens[:stop]
-        return Generation(text=self._tokenizer.decode(kept, skip_special_tokens=True),
-                          new_tokens=len(kept), hit_token_limit=stop is None)
+        return Generation(
+            text=self._tokenizer.decode(kept, skip_special_tokens=True),
+            new_tokens=len(kept),
+            hit_token_limit=stop is None,
+        )
 
 
 def _stop_token_ids(generation_config, tokenizer) -> set[int]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from judge_rewards.judge_spec import SPEC_FILE
+from judge_rewards.protocol.judge_spec import SPEC_FILE
 
 from ..config import JudgeConfig
 from .base import JudgeIdentity, Verdict
@@ -83,6 +83,10 @@ def encode_checked(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[li
     """Token ids of `texts` (their chat template already holds the special tokens), and an error verdict
     for each text longer than `max_tokens` (None for the others)."""
     encodings = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    errors = [Verdict.failed(f"judge input is {len(ids)} tokens, longer than --max-input-tokens {max_tokens}")
-              if len(ids) > max_tokens else None for ids in encodings]
+    errors = [
+        Verdict.failed(f"judge input is {len(ids)} tokens, longer than --max-input-tokens {max_tokens}")
+        if len(ids) > max_tokens
+        else None
+        for ids in encodings
+    ]
     return encodings, errors

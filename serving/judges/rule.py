@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from judge_rewards import rules
 
@@ -12,8 +12,12 @@ from .base import Judge, JudgeIdentity, JudgeItem, Verdict
 
 class RuleJudge(Judge):
     def __init__(self, config: JudgeConfig):
-        self.identity = JudgeIdentity(kind="rule", backend="rules", model_id=config.model_id or "rules",
-                                      model_version=config.model_version or "judge_rewards.rules")
+        self.identity = JudgeIdentity(
+            kind="rule",
+            backend="rules",
+            model_id=config.model_id or "rules",
+            model_version=config.model_version or "judge_rewards.rules",
+        )
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return [self._score(item) for item in items]

@@ -4,10 +4,10 @@ and its reward is mapped to [0, 1] by the judge's JudgeSpec."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-from judge_rewards import templates
-from judge_rewards.judge_spec import JudgeSpec
+from judge_rewards.protocol import templates
+from judge_rewards.protocol.judge_spec import JudgeSpec
 
 from ..config import JudgeConfig
 from . import hf
@@ -25,29 +25,38 @@ class ScalarJudge(Judge):
         self.identity = hf.identity(config, "scalar")
         self._device = hf.resolve_device(config.device)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="right")
-        self._model = AutoModelForSequenceClassification.from_pretrained(
-            config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device)).to(self._device).eval()
+        self._model = (
+            AutoModelForSequenceClassification.from_pretrained(
+                config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device)
+            )
+            .to(self._device)
+            .eval()
+        )
         self._check_head()
 
     def _check_head(self) -> None:
         model_config = self._model.config
         if model_config.num_labels != 1:
-            raise ValueError(f"{self._config.model}: a scalar judge has num_labels=1, "
-                             f"this model has {model_config.num_labels}")
+            raise ValueError(
+                f"{self._config.model}: a scalar judge has num_labels=1, this model has {model_config.num_labels}"
+            )
         if model_config.pad_token_id is None:
             model_config.pad_token_id = self._tokenizer.pad_token_id
         if model_config.pad_token_id != self._tokenizer.pad_token_id:
             # The model reads the reward at the last token that is not its pad id: both must agree.
-            raise ValueError(f"{self._config.model}: config pad_token_id {model_config.pad_token_id} differs from the "
-                             f"tokenizer's {self._tokenizer.pad_token_id}")
+            raise ValueError(
+                f"{self._config.model}: config pad_token_id {model_config.pad_token_id} differs from the "
+                f"tokenizer's {self._tokenizer.pad_token_id}"
+            )
 
     def input_text(self, item: JudgeItem) -> str:
         messages = templates.conversation_messages(item.prompt, item.completion)
         return self._tokenizer.apply_chat_template(messages, tokenize=False)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        encodings, verdicts = hf.encode_checked(self._tokenizer, [self.input_text(i) for i in items],
-                                                self._config.max_input_tokens)
+        encodings, verdicts = hf.encode_checked(
+            self._tokenizer, [self.input_text(i) for i in items], self._config.max_input_tokens
+        )
         for index, ids in enumerate(encodings):
             if verdicts[index] is None and ids[-1] == self._tokenizer.pad_token_id:
                 verdicts[index] = Verdict.failed("the judge input ends with the pad token; its reward cannot be read")
@@ -55,7 +64,7 @@ class ScalarJudge(Judge):
         for group in length_groups([len(encodings[i]) for i in readable], self._config.max_padding_fraction):
             indices = [readable[g] for g in group]
             rewards = self._rewards([encodings[i] for i in indices])
-            for index, reward in zip(indices, rewards):
+            for index, reward in zip(indices, rewards, strict=True):
                 verdicts[index] = self._verdict(reward, len(encodings[index]))
         return verdicts
 
@@ -73,6 +82,6 @@ class ScalarJudge(Judge):
         return Verdict(
             score=spec.scalar_probability(reward),
             explanation=f"reward {reward:.4f}; "
-                        f"score = sigmoid((reward - {spec.reward_center:g}) / {spec.reward_scale:g})",
+            f"score = sigmoid((reward - {spec.reward_center:g}) / {spec.reward_scale:g})",
             metadata={"raw_reward": reward, "input_tokens": input_tokens},
         )

@@ -20,7 +20,8 @@ class VllmGenerator:
         except ImportError as err:
             raise BackendUnavailable(
                 "--backend vllm needs vLLM 0.11 on a CUDA machine (`pip install -e '.[gpu]'`); "
-                f"it cannot be imported here: {err}. Use --backend transformers instead.") from err
+                f"it cannot be imported here: {err}. Use --backend transformers instead."
+            ) from err
         self._llm = LLM(
             model=config.model,
             dtype=config.dtype,
@@ -42,5 +43,6 @@ class VllmGenerator:
 
 
 def _generation(completion) -> Generation:
-    return Generation(text=completion.text, new_tokens=len(completion.token_ids),
-                      hit_token_limit=completion.finish_reason == "length")
+    return Generation(
+        text=completion.text, new_tokens=len(completion.token_ids), hit_token_limit=completion.finish_reason == "length"
+    )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bradley-Terry judge: a scalar reward model trained on preference pairs (loss -log sigmoid(r_chosen - r_rejected))
-# by judge_rewards.training.bt_trainer, verl's FSDP SFT trainer with a 1-label scoring head.
+# by training.bt_trainer, verl's FSDP SFT trainer with a 1-label scoring head.
 #
 #   bash cookbooks/training_judge_model/bradley-terry/run_bt_rm.sh [--dry-run] [--config FILE] [hydra.key=value ...]
 #
@@ -50,7 +50,7 @@ require_divisible "$TRAIN_BATCH_SIZE" "$((NNODES * N_GPUS_PER_NODE * MICRO_BATCH
     "TRAIN_BATCH_SIZE vs processes (NNODES * N_GPUS_PER_NODE) * MICRO_BATCH_SIZE"
 
 mapfile -t shared_overrides < <(sft_trainer_overrides)
-launch "${torchrun[@]}" -m judge_rewards.training.bt_trainer "${shared_overrides[@]}" \
+launch "${torchrun[@]}" -m training.bt_trainer "${shared_overrides[@]}" \
     optim.weight_decay="$WEIGHT_DECAY" \
     optim.lr_warmup_steps_ratio="$WARMUP_STEPS_RATIO" \
     optim.clip_grad="$CLIP_GRAD" \
@@ -59,7 +59,7 @@ launch "${torchrun[@]}" -m judge_rewards.training.bt_trainer "${shared_overrides
     "${HYDRA_OVERRIDES[@]}"
 
 if [[ "$EXPORT_DIR" != none && "$NODE_RANK" == 0 ]]; then
-    launch_then python -m judge_rewards.training.export scalar "$SAVE_DIR" "$EXPORT_DIR" \
+    launch_then python -m training.export scalar "$SAVE_DIR" "$EXPORT_DIR" \
         --val-file "$VAL_FILE" --max-length "$MAX_LENGTH" --truncation "$TRUNCATION" --dtype "$(training_dtype)" \
         --recipe bradley-terry --base-model "$MODEL_PATH" --train-file "$TRAIN_FILE"
 fi

@@ -27,14 +27,14 @@
 # the log name the script that was run.
 #
 # Device: DEVICE=auto (default) picks cuda when an NVIDIA device node exists, else cpu. CPU mode puts
-# judge_rewards/training/cpu_site on PYTHONPATH so that every process verl starts gets the CPU fixes of
-# judge_rewards/training/cpu_compat.py (gloo, sdpa, fp32, the HF rollout).
+# training/cpu_site on PYTHONPATH so that every process verl starts gets the CPU fixes of
+# training/cpu_compat.py (gloo, sdpa, fp32, the HF rollout).
 
 set -euo pipefail
 
 LAUNCHER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$LAUNCHER_DIR/../../.." && pwd)"
-CPU_SITE_DIR="$REPO_ROOT/judge_rewards/training/cpu_site"
+CPU_SITE_DIR="$REPO_ROOT/training/cpu_site"
 RECIPE_PATH="${BASH_SOURCE[-1]}"
 RECIPE_SCRIPT="$(basename "$RECIPE_PATH")"
 
@@ -132,7 +132,7 @@ resolve_device() {
         has_nvidia_gpu && die "DEVICE=cpu on a machine with a GPU is not supported; use DEVICE=cuda"
         export PYTHONPATH="$CPU_SITE_DIR${PYTHONPATH:+:$PYTHONPATH}"
         export JUDGE_CPU_DTYPE="${JUDGE_CPU_DTYPE:-fp32}"
-        note "CPU mode (gloo, sdpa, ${JUDGE_CPU_DTYPE}); fixes from judge_rewards/training/cpu_compat.py"
+        note "CPU mode (gloo, sdpa, ${JUDGE_CPU_DTYPE}); fixes from training/cpu_compat.py"
     fi
 }
 

@@ -56,6 +56,6 @@ launch "${torchrun[@]}" -m verl.trainer.fsdp_sft_trainer "${shared_overrides[@]}
     "${HYDRA_OVERRIDES[@]}"
 
 if [[ "$EXPORT_DIR" != none && "$NODE_RANK" == 0 ]]; then
-    launch_then python -m judge_rewards.training.export causal-lm "$SAVE_DIR" "$EXPORT_DIR" --dtype "$(training_dtype)" \
+    launch_then python -m training.export causal-lm "$SAVE_DIR" "$EXPORT_DIR" --dtype "$(training_dtype)" \
         --recipe sft --base-model "$MODEL_PATH" --train-file "$TRAIN_FILE"
 fi

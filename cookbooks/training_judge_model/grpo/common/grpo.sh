@@ -331,7 +331,7 @@ make_absolute TRAIN_FILE VAL_FILE SAVE_DIR
 mapfile -t command < <(ray_command_prefix; main_ppo_command)
 launch "${command[@]}"
 if [[ "$EXPORT_DIR" != none ]]; then
-    launch_then python -m judge_rewards.training.export causal-lm "$SAVE_DIR" "$EXPORT_DIR" \
+    launch_then python -m training.export causal-lm "$SAVE_DIR" "$EXPORT_DIR" \
         --dtype "$(training_dtype)" --recipe "grpo-$GRPO_MODE" --base-model "$MODEL_PATH" --train-file "$TRAIN_FILE" \
         ${GRPO_EXPORT_FLAGS[@]+"${GRPO_EXPORT_FLAGS[@]}"}
 fi

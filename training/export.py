@@ -7,8 +7,8 @@
                                                       num_labels=1, judge kind scalar, reward_center / reward_scale =
                                                       mean / std of the validation rewards of the exported model
 
-    python -m judge_rewards.training.export {causal-lm,scalar} CHECKPOINT OUT [options]
-    python -m judge_rewards.training.export causal-lm --not-a-judge CHECKPOINT OUT   (a policy, not a judge)
+    python -m training.export {causal-lm,scalar} CHECKPOINT OUT [options]
+    python -m training.export causal-lm --not-a-judge CHECKPOINT OUT   (a policy, not a judge)
 
 CHECKPOINT may be a global_step_N folder, a PPO step's folder (its actor/ is used) or a run's save folder
 (its latest checkpoint). The shards are merged on CPU by their DTensor placements, in the checkpoint's own
@@ -27,13 +27,13 @@ import logging
 import re
 import shutil
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch.distributed.tensor import DTensor
 
-from judge_rewards.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
+from judge_rewards.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 HF_SUBDIR = "huggingface"  # where verl's checkpoint manager saves the config and tokenizer
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 # --- checkpoints -------------------------------------------------------------------------------------
 
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """The folder that holds the FSDP shards: `path`, its actor/ subfolder, or a save folder's latest step."""
     path = Path(path)
@@ -59,7 +60,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     tracker = path / CHECKPOINT_TRACKER
     if tracker.is_file():
         return resolve_checkpoint(path / f"global_step_{tracker.read_text().strip()}")
-    raise FileNotFoundError(f"{path}: not a verl FSDP checkpoint (no {FSDP_CONFIG_FILE}, actor/ or {CHECKPOINT_TRACKER})")
+    raise FileNotFoundError(
+        f"{path}: not a verl FSDP checkpoint (no {FSDP_CONFIG_FILE}, actor/ or {CHECKPOINT_TRACKER})"
+    )
 
 
 def checkpoint_step(checkpoint: Path) -> int | None:
@@ -71,8 +74,9 @@ def checkpoint_step(checkpoint: Path) -> int | None:
     return None
 
 
-def assemble_shards(name: str, local_tensors: list[torch.Tensor], mesh: torch.Tensor, placements,
-                    shape: torch.Size) -> torch.Tensor:
+def assemble_shards(
+    name: str, local_tensors: list[torch.Tensor], mesh: torch.Tensor, placements, shape: torch.Size
+) -> torch.Tensor:
     """The whole tensor from each rank's local shard: `mesh` holds the ranks laid out as the device mesh, and
     each mesh dimension's placement says whether its ranks hold copies (Replicate) or consecutive chunks
     along a tensor dimension (Shard, torch.chunk sizes, so uneven last chunks are fine)."""
@@ -98,12 +102,15 @@ def _full_tensor(name: str, pieces: list) -> torch.Tensor:
     when a single process holds everything (it then runs unsharded)."""
     first = pieces[0]
     if isinstance(first, DTensor):
-        return assemble_shards(name, [piece._local_tensor for piece in pieces], first.device_mesh.mesh,
-                               first.placements, first.shape)
+        return assemble_shards(
+            name, [piece._local_tensor for piece in pieces], first.device_mesh.mesh, first.placements, first.shape
+        )
     if isinstance(first, torch.Tensor) and len(pieces) == 1:
         return first
-    raise ValueError(f"{name}: expected DTensor shards (FSDP / FSDP2 sharded state), got {type(first).__name__} "
-                     f"from {len(pieces)} ranks")
+    raise ValueError(
+        f"{name}: expected DTensor shards (FSDP / FSDP2 sharded state), got {type(first).__name__} "
+        f"from {len(pieces)} ranks"
+    )
 
 
 def merged_state_dict(checkpoint: Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
@@ -111,8 +118,10 @@ def merged_state_dict(checkpoint: Path, dtype: torch.dtype | None = None) -> dic
     world_size = json.loads((checkpoint / FSDP_CONFIG_FILE).read_text())["world_size"]
     # Unpickling DTensors outside a process group warns about their device mesh; merging needs no group.
     logging.getLogger("torch.distributed.device_mesh").setLevel(logging.ERROR)
-    shards = [torch.load(checkpoint / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu",
-                         weights_only=False) for rank in range(world_size)]
+    shards = [
+        torch.load(checkpoint / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu", weights_only=False)
+        for rank in range(world_size)
+    ]
     state = {}
     for name in shards[0]:
         tensor = _full_tensor(name, [shard[name] for shard in shards])
@@ -126,8 +135,10 @@ def _load_config(checkpoint: Path, architecture_suffix: str):
     config = AutoConfig.from_pretrained(checkpoint / HF_SUBDIR)
     architectures = config.architectures or []
     if not any(arch.endswith(architecture_suffix) for arch in architectures):
-        raise ValueError(f"{checkpoint}: its model is {architectures}, not a *{architecture_suffix}; "
-                         f"use the export that matches how it was trained")
+        raise ValueError(
+            f"{checkpoint}: its model is {architectures}, not a *{architecture_suffix}; "
+            f"use the export that matches how it was trained"
+        )
     return config
 
 
@@ -136,7 +147,9 @@ def _load_tokenizer(checkpoint: Path):
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint / HF_SUBDIR)
     if not tokenizer.chat_template:
-        raise ValueError(f"{checkpoint / HF_SUBDIR}: the tokenizer has no chat template; judges are prompted through it")
+        raise ValueError(
+            f"{checkpoint / HF_SUBDIR}: the tokenizer has no chat template; judges are prompted through it"
+        )
     return tokenizer
 
 
@@ -157,8 +170,9 @@ def _replace_dir(staging: Path, out_dir: Path) -> None:
     """Move a finished export into place; an existing OUT is replaced only if it is empty or an export."""
     if out_dir.exists():
         if any(out_dir.iterdir()) and not any((out_dir / name).is_file() for name in (SPEC_FILE, EXPORT_RECORD_FILE)):
-            raise FileExistsError(f"{out_dir} exists and is not an export (no {SPEC_FILE} or {EXPORT_RECORD_FILE}); "
-                                  f"choose another folder")
+            raise FileExistsError(
+                f"{out_dir} exists and is not an export (no {SPEC_FILE} or {EXPORT_RECORD_FILE}); choose another folder"
+            )
         shutil.rmtree(out_dir)
     staging.rename(out_dir)
 
@@ -176,8 +190,15 @@ def _trained_with(checkpoint: Path, trained_with: dict | None) -> dict:
 
 # --- causal LM (SFT, GRPO actor) ---------------------------------------------------------------------
 
-def export_causal_lm(checkpoint_dir: str | Path, out_dir: str | Path, dtype: str | None = None,
-                     trained_with: dict | None = None, as_judge: bool = True, prompt_format: str = "pointwise") -> Path:
+
+def export_causal_lm(
+    checkpoint_dir: str | Path,
+    out_dir: str | Path,
+    dtype: str | None = None,
+    trained_with: dict | None = None,
+    as_judge: bool = True,
+    prompt_format: str = "pointwise",
+) -> Path:
     """A verl SFT or PPO actor checkpoint as an HF causal-LM folder (+ tokenizer, chat template, generation
     config, judge.json of kind generative with the template it was trained on, `prompt_format`;
     `as_judge=False`: export.json instead). `dtype`: fp32 | bf16 | None (as saved)."""
@@ -203,14 +224,16 @@ def export_causal_lm(checkpoint_dir: str | Path, out_dir: str | Path, dtype: str
 
 # --- scalar (Bradley-Terry) --------------------------------------------------------------------------
 
-def scalar_rewards(model, sequences: Sequence[Sequence[int]], pad_token_id: int,
-                   batch_size: int = SCORING_BATCH_SIZE) -> list[float]:
+
+def scalar_rewards(
+    model, sequences: Sequence[Sequence[int]], pad_token_id: int, batch_size: int = SCORING_BATCH_SIZE
+) -> list[float]:
     """Rewards of token sequences, batched by similar length and right-padded with the pad token."""
     device = next(model.parameters()).device
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     rewards = [0.0] * len(sequences)
     for start in range(0, len(order), batch_size):
-        indices = order[start:start + batch_size]
+        indices = order[start : start + batch_size]
         length = max(len(sequences[i]) for i in indices)
         input_ids = torch.full((len(indices), length), pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
@@ -219,7 +242,7 @@ def scalar_rewards(model, sequences: Sequence[Sequence[int]], pad_token_id: int,
             attention_mask[row, : len(sequences[index])] = 1
         with torch.inference_mode():
             logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
-        for index, reward in zip(indices, logits[:, 0].float().tolist()):
+        for index, reward in zip(indices, logits[:, 0].float().tolist(), strict=True):
             rewards[index] = reward
     return rewards
 
@@ -229,7 +252,7 @@ def validation_summary(model_dir: Path, val_file: str, max_length: int, truncati
     (the judge's reward_center / reward_scale) and the pairs' accuracy and Bradley-Terry loss."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from judge_rewards.training.bt_trainer import PairDataConfig, PairDataset
+    from training.bt_trainer import PairDataConfig, PairDataset
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     pairs = PairDataset(val_file, tokenizer, PairDataConfig(max_length, truncation, need_margin=False))
@@ -248,9 +271,15 @@ def validation_summary(model_dir: Path, val_file: str, max_length: int, truncati
     }
 
 
-def export_scalar_judge(checkpoint_dir: str | Path, out_dir: str | Path, val_file: str, max_length: int = 4096,
-                        truncation: str = "left", dtype: str | None = None,
-                        trained_with: dict | None = None) -> Path:
+def export_scalar_judge(
+    checkpoint_dir: str | Path,
+    out_dir: str | Path,
+    val_file: str,
+    max_length: int = 4096,
+    truncation: str = "left",
+    dtype: str | None = None,
+    trained_with: dict | None = None,
+) -> Path:
     """A Bradley-Terry checkpoint as an HF sequence-classification folder (num_labels=1) + tokenizer + chat
     template + judge.json (kind scalar, reward_center / reward_scale from the validation rewards).
     `max_length` / `truncation` tokenize the validation pairs as training did."""
@@ -260,44 +289,64 @@ def export_scalar_judge(checkpoint_dir: str | Path, out_dir: str | Path, val_fil
     config = _load_config(checkpoint, "ForSequenceClassification")
     tokenizer = _load_tokenizer(checkpoint)
     if config.num_labels != 1 or config.pad_token_id is None or config.pad_token_id != tokenizer.pad_token_id:
-        raise ValueError(f"{checkpoint}: a scalar judge needs num_labels=1 and the tokenizer's pad token id "
-                         f"({tokenizer.pad_token_id}) in its config; it has num_labels={config.num_labels}, "
-                         f"pad_token_id={config.pad_token_id}")
+        raise ValueError(
+            f"{checkpoint}: a scalar judge needs num_labels=1 and the tokenizer's pad token id "
+            f"({tokenizer.pad_token_id}) in its config; it has num_labels={config.num_labels}, "
+            f"pad_token_id={config.pad_token_id}"
+        )
     staging = _staging_dir(out_dir)
     _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForSequenceClassification, staging)
     tokenizer.save_pretrained(staging)
     summary = validation_summary(staging, val_file, max_length, truncation)
     if not summary["reward_scale"] > 0:
-        raise ValueError(f"every validation reward is {summary['reward_center']}: the model does not tell responses apart")
+        raise ValueError(
+            f"every validation reward is {summary['reward_center']}: the model does not tell responses apart"
+        )
     validation = {key: summary[key] for key in ("pairs", "accuracy", "bt_loss", "truncated_sequences")}
-    JudgeSpec(kind="scalar", reward_center=summary["reward_center"], reward_scale=summary["reward_scale"],
-              trained_with={**_trained_with(checkpoint, trained_with), "val_file": val_file,
-                            "validation": validation}).save(staging)
+    JudgeSpec(
+        kind="scalar",
+        reward_center=summary["reward_center"],
+        reward_scale=summary["reward_scale"],
+        trained_with={**_trained_with(checkpoint, trained_with), "val_file": val_file, "validation": validation},
+    ).save(staging)
     _replace_dir(staging, out_dir)
     return out_dir
 
 
 # --- command line ------------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m judge_rewards.training.export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m training.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     subparsers = parser.add_subparsers(dest="kind", required=True)
-    for kind, help_text in (("causal-lm", "SFT or PPO actor checkpoint -> causal LM (generative judge)"),
-                            ("scalar", "Bradley-Terry checkpoint -> sequence classification (scalar judge)")):
+    for kind, help_text in (
+        ("causal-lm", "SFT or PPO actor checkpoint -> causal LM (generative judge)"),
+        ("scalar", "Bradley-Terry checkpoint -> sequence classification (scalar judge)"),
+    ):
         sub = subparsers.add_parser(kind, help=help_text)
-        sub.add_argument("checkpoint", help="global_step_N folder, a PPO step folder, or a run's save folder (latest step)")
+        sub.add_argument(
+            "checkpoint", help="global_step_N folder, a PPO step folder, or a run's save folder (latest step)"
+        )
         sub.add_argument("out", help="output folder (replaced if it holds an earlier export)")
         sub.add_argument("--dtype", choices=sorted(DTYPES), help="weights dtype (default: as saved in the checkpoint)")
-        sub.add_argument("--recipe", help="recorded in trained_with (judge.json or export.json), e.g. sft, bradley-terry")
+        sub.add_argument(
+            "--recipe", help="recorded in trained_with (judge.json or export.json), e.g. sft, bradley-terry"
+        )
         sub.add_argument("--base-model", help="recorded in trained_with")
         sub.add_argument("--train-file", help="recorded in trained_with")
     subparsers.choices["causal-lm"].add_argument(
-        "--prompt-format", choices=PROMPT_FORMATS, default="pointwise",
-        help=f"the judge template the model was trained on, recorded in {SPEC_FILE} (GRPO pairwise: pairwise)")
+        "--prompt-format",
+        choices=PROMPT_FORMATS,
+        default="pointwise",
+        help=f"the judge template the model was trained on, recorded in {SPEC_FILE} (GRPO pairwise: pairwise)",
+    )
     subparsers.choices["causal-lm"].add_argument(
-        "--not-a-judge", action="store_true",
-        help=f"the model is not a judge (e.g. an RL policy): no {SPEC_FILE}, its record goes to {EXPORT_RECORD_FILE}")
+        "--not-a-judge",
+        action="store_true",
+        help=f"the model is not a judge (e.g. an RL policy): no {SPEC_FILE}, its record goes to {EXPORT_RECORD_FILE}",
+    )
     scalar = subparsers.choices["scalar"]
     scalar.add_argument("--val-file", required=True, help="validation pairs: reward_center / reward_scale and accuracy")
     scalar.add_argument("--max-length", type=int, default=4096, help="as in training (data.max_length)")
@@ -312,11 +361,18 @@ def main(argv: list[str] | None = None) -> None:
     trained_with = {key: value for key, value in recorded.items() if value is not None}
     try:
         if args.kind == "scalar":
-            out = export_scalar_judge(args.checkpoint, args.out, args.val_file, args.max_length, args.truncation,
-                                      args.dtype, trained_with)
+            out = export_scalar_judge(
+                args.checkpoint, args.out, args.val_file, args.max_length, args.truncation, args.dtype, trained_with
+            )
         else:
-            out = export_causal_lm(args.checkpoint, args.out, args.dtype, trained_with, as_judge=not args.not_a_judge,
-                                   prompt_format=args.prompt_format)
+            out = export_causal_lm(
+                args.checkpoint,
+                args.out,
+                args.dtype,
+                trained_with,
+                as_judge=not args.not_a_judge,
+                prompt_format=args.prompt_format,
+            )
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         raise SystemExit(f"export: {err}") from err
     not_a_judge = getattr(args, "not_a_judge", False)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .data import EvalRow, is_ties_subset, ties_key
 
@@ -182,16 +182,20 @@ def chance_scores(rows: Sequence[EvalRow], draws: int, seed: int) -> dict[str, f
     by_subset: dict[str, list[EvalRow]] = {}
     for row in rows:
         by_subset.setdefault(row.subset, []).append(row)
-    return {name: _ties_chance(members, draws, seed) if is_ties_subset(name)
-            else _mean([1 / len(row.completions) for row in members])
-            for name, members in by_subset.items()}
+    return {
+        name: _ties_chance(members, draws, seed)
+        if is_ties_subset(name)
+        else _mean([1 / len(row.completions) for row in members])
+        for name, members in by_subset.items()
+    }
 
 
 def _ties_chance(rows: Sequence[EvalRow], draws: int, seed: int) -> float:
     rng = random.Random(seed)
     total = 0.0
     for _ in range(draws):
-        drawn = [ScoredRow(row.id, row.subset, len(row.chosen), tuple(rng.random() for _ in row.completions))
-                 for row in rows]
+        drawn = [
+            ScoredRow(row.id, row.subset, len(row.chosen), tuple(rng.random() for _ in row.completions)) for row in rows
+        ]
         total += ties_components(drawn).score
     return total / draws

@@ -12,7 +12,6 @@ import functools
 
 import torch
 from transformers import AutoModelForCausalLM
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 

@@ -83,7 +83,11 @@ def _row(where: str, data: dict) -> EvalRow:
         if not isinstance(data[name], str):
             raise DataError(f"{where}: {name} must be a string, got {type(data[name]).__name__}")
     chosen, rejected = _texts(where, data, "chosen"), _texts(where, data, "rejected")
-    expected = {"num_correct": len(chosen), "num_incorrect": len(rejected), "total_completions": len(chosen) + len(rejected)}
+    expected = {
+        "num_correct": len(chosen),
+        "num_incorrect": len(rejected),
+        "total_completions": len(chosen) + len(rejected),
+    }
     for name, count in expected.items():
         if data.get(name) is not None and data[name] != count:
             raise DataError(f"{where}: {name} is {data[name]} but the lists hold {count}")
@@ -115,7 +119,9 @@ def _check_ties(rows: list[EvalRow], file_name: str) -> None:
             raise DataError(f"{file_name}: Ties prompt {key[0]}:{key[1]} appears twice")
         keys.add(key)
         if key[0] == "tied" and len(row.chosen) < 2:
-            raise DataError(f"{file_name}: Ties row {row.id} has {len(row.chosen)} correct answer; tied rows need several")
+            raise DataError(
+                f"{file_name}: Ties row {row.id} has {len(row.chosen)} correct answer; tied rows need several"
+            )
     ref, tied = ({number for kind, number in keys if kind == wanted} for wanted in ("ref", "tied"))
     if keys and not ref & tied:
         raise DataError(f"{file_name}: the Ties subset has no prompt with both a ref:N and a tied:N row")

@@ -16,12 +16,12 @@ import importlib.machinery
 import logging
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 CPU_DTYPE_ENV = "JUDGE_CPU_DTYPE"  # "fp32" (default) or "bf16"
-HF_ROLLOUT_CLASS = "judge_rewards.training.hf_rollout.CPUHFRollout"
+HF_ROLLOUT_CLASS = "training.hf_rollout.CPUHFRollout"
 
 
 def cpu_dtype() -> str:
@@ -32,6 +32,7 @@ def cpu_dtype() -> str:
 
 
 # --- torch -------------------------------------------------------------------------------------------
+
 
 def _add_cpu_device_functions(torch) -> None:
     """verl calls get_torch_device().X for CUDA-only X; on CPU these are no-ops or host equivalents."""
@@ -125,6 +126,7 @@ def _flash_attention_falls_back_to_sdpa(modeling_utils) -> None:
 
 
 # --- verl --------------------------------------------------------------------------------------------
+
 
 def _gloo_backend(device_module) -> None:
     """get_nccl_backend() returns "nccl" unless on NPU; torch's CPU build has only gloo."""

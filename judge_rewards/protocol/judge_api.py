@@ -25,7 +25,9 @@ class JudgeItem:
     answer_type: str | None = None
 
     @classmethod
-    def create(cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None) -> "JudgeItem":
+    def create(
+        cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None
+    ) -> JudgeItem:
         """A checked item from a caller's values: a text or message-list prompt, a text completion, the
         answer as text."""
         if not isinstance(completion, str):
@@ -38,13 +40,20 @@ class JudgeItem:
 
     def key(self) -> str:
         """Identity of the judgement: the adapter's cache key and in-flight de-duplication key."""
-        return json.dumps([self.prompt, self.completion, self.answer, self.answer_type], ensure_ascii=False, sort_keys=True)
+        return json.dumps(
+            [self.prompt, self.completion, self.answer, self.answer_type], ensure_ascii=False, sort_keys=True
+        )
 
     def request_body(self, request_id: str) -> dict:
         """This item as one request of a /judge or /batch_judge body."""
         prompt = self.prompt if isinstance(self.prompt, str) else list(self.prompt)
-        return {"prompt": prompt, "completion": self.completion, "answer": self.answer,
-                "answer_type": self.answer_type, "request_id": request_id}
+        return {
+            "prompt": prompt,
+            "completion": self.completion,
+            "answer": self.answer,
+            "answer_type": self.answer_type,
+            "request_id": request_id,
+        }
 
 
 class MalformedAnswer(ValueError):
@@ -83,8 +92,18 @@ def item_answer(response: dict | None, request_id: str) -> ItemAnswer:
     score, error = response.get("score"), response.get("error")
     if error or score is None:
         return ItemAnswer(None, str(error or "no score and no error given"))
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) or not 0 <= score <= 1:
+    if (
+        isinstance(score, bool)
+        or not isinstance(score, (int, float))
+        or not math.isfinite(score)
+        or not 0 <= score <= 1
+    ):
         return ItemAnswer(None, f"invalid score {score!r}")
     detailed, metadata = response.get("detailed_scores"), response.get("metadata")
-    return ItemAnswer(float(score), None, str(response.get("explanation") or ""),
-                      detailed if isinstance(detailed, dict) else None, metadata if isinstance(metadata, dict) else {})
+    return ItemAnswer(
+        float(score),
+        None,
+        str(response.get("explanation") or ""),
+        detailed if isinstance(detailed, dict) else None,
+        metadata if isinstance(metadata, dict) else {},
+    )

@@ -7,7 +7,7 @@ it to know how to prompt the model and how to map its output to a score in [0, 1
   to sigmoid((r - reward_center) / reward_scale). With center and scale taken from the rewards of the
   validation responses at export time, 0.5 means "a typical response", and the BT meaning of a reward
   difference (log-odds of preference) survives up to the scale.
-- generative: a causal LM prompted with the template of `judge_rewards.templates` it was trained on
+- generative: a causal LM prompted with the template of `judge_rewards.protocol.templates` it was trained on
   (`prompt_format`). A pointwise judge's <score>N</score> is mapped to N / 4; an unparsable answer is an
   error, never a score. A pairwise judge compares two answers (<better>A|B</better>) and so cannot score
   the single completion of a /judge request: the server refuses to serve it rather than prompt it with a

@@ -5,12 +5,13 @@ the HTTP API of a running judge server, or the serving module's own judge classe
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import httpx
 
-from judge_rewards import judge_api
+from judge_rewards.protocol import judge_api
 from serving.judges import JudgeItem, Verdict
 
 
@@ -60,19 +61,31 @@ class HttpJudge:
         try:
             response = self._client.get(f"{self._url}/health")
         except httpx.TransportError as err:
-            raise EvaluationError(f"cannot reach the judge server at {self._url}: {type(err).__name__}: {err}") from None
+            raise EvaluationError(
+                f"cannot reach the judge server at {self._url}: {type(err).__name__}: {err}"
+            ) from None
         if response.status_code != 200:
-            raise EvaluationError(f"{self._url}/health answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}")
+            raise EvaluationError(
+                f"{self._url}/health answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
+            )
         try:
             health = response.json()
-            return {"kind": health["judge_kind"], "backend": health["backend"], "model_id": health["model_id"],
-                    "model_version": health["model_version"]}
+            return {
+                "kind": health["judge_kind"],
+                "backend": health["backend"],
+                "model_id": health["model_id"],
+                "model_version": health["model_version"],
+            }
         except (ValueError, KeyError, TypeError):
-            raise EvaluationError(f"{self._url}/health is not a judge server's answer: {judge_api.excerpt(response.text)}") from None
+            raise EvaluationError(
+                f"{self._url}/health is not a judge server's answer: {judge_api.excerpt(response.text)}"
+            ) from None
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         request_ids = [str(index) for index in range(len(items))]
-        body = {"requests": [item.request_body(request_id) for item, request_id in zip(items, request_ids)]}
+        body = {
+            "requests": [item.request_body(request_id) for item, request_id in zip(items, request_ids, strict=True)]
+        }
         responses, failure = self._post(body)
         if failure is not None:
             return [Verdict.failed(failure) for _ in items]
@@ -96,7 +109,7 @@ class HttpJudge:
                 raise EvaluationError(failure)  # wrong key, batch too large, invalid request: every batch would fail
         return {}, f"{failure} (after {self._options.max_retries + 1} attempts)"
 
-    def __enter__(self) -> "HttpJudge":
+    def __enter__(self) -> HttpJudge:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -129,8 +142,13 @@ class InProcessJudge:
         self._isolate = score_isolating_failures
         self._judge = load_judge(config)
         identity = self._judge.identity
-        self.identity = {"kind": identity.kind, "backend": identity.backend, "model_id": identity.model_id,
-                         "model_version": identity.model_version, "access": f"in-process from {config.model or 'rules'}"}
+        self.identity = {
+            "kind": identity.kind,
+            "backend": identity.backend,
+            "model_id": identity.model_id,
+            "model_version": identity.model_version,
+            "access": f"in-process from {config.model or 'rules'}",
+        }
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return self._isolate(self._judge.score_batch, items)

@@ -39,8 +39,10 @@ def results_json(result: EvaluationResult) -> dict:
         "failure_reasons": dict(result.failure_reasons().most_common()),
         "judge": result.judge,
         "data": {"path": str(options.data), "sha256_12": result.data_digest},
-        "config": {"evaluation": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
-                   "judge": result.judge_config},
+        "config": {
+            "evaluation": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+            "judge": result.judge_config,
+        },
     }
     if options.row_scores:
         document["row_scores"] = [_row_json(row) for row in result.rows]
@@ -48,7 +50,13 @@ def results_json(result: EvaluationResult) -> dict:
 
 
 def _subset_json(subset, chance: float | None) -> dict:
-    document = {"name": subset.name, "score": subset.score, "chance": chance, "rows": subset.rows, "failed": subset.failed}
+    document = {
+        "name": subset.name,
+        "score": subset.score,
+        "chance": chance,
+        "rows": subset.rows,
+        "failed": subset.failed,
+    }
     if subset.ties is not None:
         document["ties_components"] = dataclasses.asdict(subset.ties)
     return document
@@ -81,10 +89,14 @@ def markdown_report(result: EvaluationResult) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for subset in result.subsets:
-        lines.append(f"| {subset.name} | {_percent(subset.score)} | {_percent(result.chance.get(subset.name))} "
-                     f"| {subset.rows} | {subset.failed} |")
-    lines.append(f"| **Mean** (unweighted) | **{_percent(result.score)}** | {_percent(result.chance_mean)} "
-                 f"| {len(result.rows)} | {result.failed_rows} |")
+        lines.append(
+            f"| {subset.name} | {_percent(subset.score)} | {_percent(result.chance.get(subset.name))} "
+            f"| {subset.rows} | {subset.failed} |"
+        )
+    lines.append(
+        f"| **Mean** (unweighted) | **{_percent(result.score)}** | {_percent(result.chance_mean)} "
+        f"| {len(result.rows)} | {result.failed_rows} |"
+    )
     lines += _ties_lines(result) + _failure_lines(result)
     return "\n".join(lines) + "\n"
 
@@ -125,8 +137,14 @@ def draw_chart(result: EvaluationResult, path: Path) -> None:
     bars = axes.bar(names, scores, color=["tab:blue"] * (len(names) - 1) + ["tab:orange"])
     axes.bar_label(bars, fmt="%.1f")
     for position, chance in enumerate(chances):
-        axes.hlines(chance, position - 0.4, position + 0.4, colors="black", linestyles="--",
-                    label="random chance" if position == 0 else None)
+        axes.hlines(
+            chance,
+            position - 0.4,
+            position + 0.4,
+            colors="black",
+            linestyles="--",
+            label="random chance" if position == 0 else None,
+        )
     axes.set_ylim(min(0, *scores), 105)  # a Ties score can be slightly negative
     axes.set_ylabel("score (%)")
     axes.set_title(f"RewardBench 2-style evaluation: {result.judge['model_id']} ({result.failed_rows} failed rows)")

@@ -8,14 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import httpx
 
 READY_LINE = "judge server"  # the startup line both servers print once they are about to serve
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the server runs this checkout, wherever it is started
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the server runs this checkout, wherever it is started
 
 
 @dataclass
@@ -44,7 +44,7 @@ class RunningServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
-    def __enter__(self) -> "RunningServer":
+    def __enter__(self) -> RunningServer:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -57,8 +57,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(args: Sequence[str], log_path: Path, module: str = "serving", startup_timeout_s: float = 240,
-                 env: dict[str, str] | None = None, port: int | None = None) -> RunningServer:
+def start_server(
+    args: Sequence[str],
+    log_path: Path,
+    module: str = "serving",
+    startup_timeout_s: float = 240,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+) -> RunningServer:
     """`python -m <module> <args>` on 127.0.0.1 (a free port unless `port` is given, e.g. to restart a
     server at the URL its clients know), its output appended to `log_path`, returned once /health answers 200."""
     port = port or free_port()

@@ -1,6 +1,6 @@
 """Bradley-Terry judge training on verl's FSDP SFT trainer.
 
-    torchrun --nproc_per_node=N -m judge_rewards.training.bt_trainer [key=value ...]   (config: bt_trainer.yaml)
+    torchrun --nproc_per_node=N -m training.bt_trainer [key=value ...]   (config: bt_trainer.yaml)
 
 `BradleyTerryTrainer` subclasses verl 0.6.1's `FSDPSFTTrainer` and keeps its config, device mesh, sampler,
 StatefulDataLoader, checkpoint manager (resume included), tracking and `fit()`, and builds the model with
@@ -25,9 +25,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
 
 import hydra
 import pyarrow as pa
@@ -44,9 +44,6 @@ from torch.utils.data import Dataset, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import AutoConfig, AutoModelForSequenceClassification
 from transformers.utils import is_flash_attn_2_available
-
-from judge_rewards import templates
-from judge_rewards.training import cpu_compat
 from verl.trainer import fsdp_sft_trainer
 from verl.utils import hf_tokenizer
 from verl.utils.device import get_device_id, get_device_name
@@ -65,6 +62,9 @@ from verl.utils.fsdp_utils import (
 from verl.utils.torch_dtypes import PrecisionType
 from verl.utils.torch_functional import get_cosine_schedule_with_warmup, get_wsd_schedule_with_warmup
 from verl.workers.config.optimizer import build_optimizer
+
+from judge_rewards.protocol import templates
+from training import cpu_compat
 
 PAIR_FIELDS = ("chosen", "rejected")
 MARGIN_FIELD = "margin"
@@ -107,6 +107,7 @@ class PairDataError(ValueError):
 
 # --- data --------------------------------------------------------------------------------------------
 
+
 def parse_conversation(value, where: str) -> list[dict]:
     """A `chosen` / `rejected` cell (a JSON string of messages ending with the assistant's response)."""
     if not isinstance(value, str):
@@ -146,10 +147,12 @@ def read_pair_rows(path: str, need_margin: bool) -> list[dict]:
     rows = []
     for index, row in enumerate(table.select(required).to_pylist()):
         where = f"{path} row {index} field"
-        rows.append({
-            **{field: parse_conversation(row[field], f"{where} {field}") for field in PAIR_FIELDS},
-            MARGIN_FIELD: parse_margin(row[MARGIN_FIELD], f"{where} {MARGIN_FIELD}") if need_margin else 0.0,
-        })
+        rows.append(
+            {
+                **{field: parse_conversation(row[field], f"{where} {field}") for field in PAIR_FIELDS},
+                MARGIN_FIELD: parse_margin(row[MARGIN_FIELD], f"{where} {MARGIN_FIELD}") if need_margin else 0.0,
+            }
+        )
     return rows
 
 
@@ -181,8 +184,9 @@ class PairDataset(Dataset):
         rows = read_pair_rows(path, self.config.need_margin)
         encoded = {field: conversation_token_ids(tokenizer, [row[field] for row in rows]) for field in PAIR_FIELDS}
         for index, row in enumerate(rows):
-            chosen, rejected = (self._fit(encoded[field][index], f"{path} row {index} field {field}")
-                                for field in PAIR_FIELDS)
+            chosen, rejected = (
+                self._fit(encoded[field][index], f"{path} row {index} field {field}") for field in PAIR_FIELDS
+            )
             self.pairs.append((chosen, rejected, row[MARGIN_FIELD]))
 
     def _fit(self, ids: list[int], where: str) -> torch.Tensor:
@@ -195,8 +199,10 @@ class PairDataset(Dataset):
             self.truncated.append(where)
             ids = ids[-limit:] if self.config.truncation == "left" else ids[:limit]
         if not ids or ids[-1] == self.pad_token_id:
-            raise PairDataError(f"{where}: the sequence is empty or ends with the pad token (id {self.pad_token_id}); "
-                                "the reward is read at the last non-pad token, so the pad token must differ from it")
+            raise PairDataError(
+                f"{where}: the sequence is empty or ends with the pad token (id {self.pad_token_id}); "
+                "the reward is read at the last non-pad token, so the pad token must differ from it"
+            )
         return torch.tensor(ids, dtype=torch.int32)
 
     def __len__(self) -> int:
@@ -207,8 +213,10 @@ class PairDataset(Dataset):
 
     def describe(self) -> str:
         lengths = sorted(len(ids) for pair in self.pairs for ids in pair[:2])
-        text = (f"{', '.join(self.files)}: {len(self.pairs)} pairs, sequence length median {lengths[len(lengths) // 2]}, "
-                f"max {lengths[-1]}; {len(self.truncated)} sequences longer than max_length {self.config.max_length}")
+        text = (
+            f"{', '.join(self.files)}: {len(self.pairs)} pairs, sequence length median {lengths[len(lengths) // 2]}, "
+            f"max {lengths[-1]}; {len(self.truncated)} sequences longer than max_length {self.config.max_length}"
+        )
         if self.truncated:
             text += f" truncated ({self.config.truncation}), e.g. {'; '.join(self.truncated[:3])}"
         return text
@@ -243,6 +251,7 @@ def length_sorted_micro_batches(batch: TensorDict, size: int) -> list[TensorDict
 
 # --- loss and metrics --------------------------------------------------------------------------------
 
+
 def bradley_terry_losses(rewards: torch.Tensor, margins: torch.Tensor, margin_mode: str) -> torch.Tensor:
     """Per-pair loss for rewards of shape (pairs, 2) (chosen, rejected)."""
     gap = rewards[:, 0] - rewards[:, 1]
@@ -255,12 +264,19 @@ def bradley_terry_losses(rewards: torch.Tensor, margins: torch.Tensor, margin_mo
 def pair_totals(losses: torch.Tensor, rewards: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The TOTALS sums of one micro-batch. A tie (equal rewards) counts as a wrong prediction."""
     gap = (rewards[:, 0] - rewards[:, 1]).detach()
-    values = [losses.detach().sum(), (gap > 0).sum(), len(losses), gap.sum(), attention_mask.sum(), attention_mask.numel()]
+    values = [
+        losses.detach().sum(),
+        (gap > 0).sum(),
+        len(losses),
+        gap.sum(),
+        attention_mask.sum(),
+        attention_mask.numel(),
+    ]
     return torch.stack([torch.as_tensor(v, dtype=torch.float64, device=gap.device) for v in values])
 
 
 def pair_metrics(totals: torch.Tensor, prefix: str) -> dict[str, float]:
-    sums = dict(zip(TOTALS, totals.tolist()))
+    sums = dict(zip(TOTALS, totals.tolist(), strict=True))
     return {
         f"{prefix}/loss": sums["loss"] / sums["pairs"],
         f"{prefix}/accuracy": sums["correct"] / sums["pairs"],
@@ -269,17 +285,18 @@ def pair_metrics(totals: torch.Tensor, prefix: str) -> dict[str, float]:
 
 
 def padding_share(totals: torch.Tensor) -> float:
-    sums = dict(zip(TOTALS, totals.tolist()))
+    sums = dict(zip(TOTALS, totals.tolist(), strict=True))
     return 1.0 - sums["tokens"] / sums["slots"]
 
 
 def token_counts(totals: torch.Tensor, prefix: str) -> dict[str, float]:
     """Real (non-pad) tokens and computed positions (real + padding): a step's throughput is either over its time."""
-    sums = dict(zip(TOTALS, totals.tolist()))
+    sums = dict(zip(TOTALS, totals.tolist(), strict=True))
     return {f"{prefix}/real_tokens": sums["tokens"], f"{prefix}/computed_tokens": sums["slots"]}
 
 
 # --- model -------------------------------------------------------------------------------------------
+
 
 def compute_dtype(device_name: str) -> torch.dtype:
     """bf16 on accelerators; on CPU the dtype of CPU mode (JUDGE_CPU_DTYPE, fp32 unless asked otherwise)."""
@@ -324,20 +341,37 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         rank, world_size = self.device_mesh.get_rank(), self.device_mesh.size()
         data = self.config.data
         _require_pairs(train_dataset, world_size * data.train_batch_size, "one global batch (data.train_batch_size)")
-        _require_pairs(val_dataset, world_size * data.micro_batch_size_per_gpu,
-                       "one micro-batch per rank (ranks x data.micro_batch_size_per_gpu)")
+        _require_pairs(
+            val_dataset,
+            world_size * data.micro_batch_size_per_gpu,
+            "one micro-batch per rank (ranks x data.micro_batch_size_per_gpu)",
+        )
         collate = PairCollator(self.tokenizer.pad_token_id)
         pin_memory = get_device_name() != "cpu"
-        self.train_sampler = DistributedSampler(train_dataset, shuffle=True, num_replicas=world_size, rank=rank,
-                                                drop_last=True)
-        self.train_dataloader = StatefulDataLoader(train_dataset, batch_size=data.train_batch_size,
-                                                   sampler=self.train_sampler, collate_fn=collate, num_workers=0,
-                                                   pin_memory=pin_memory, drop_last=True)
-        self.val_sampler = DistributedSampler(val_dataset, shuffle=False, num_replicas=world_size, rank=rank,
-                                              drop_last=True)
-        self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=data.micro_batch_size_per_gpu,
-                                                 sampler=self.val_sampler, collate_fn=collate, num_workers=0,
-                                                 pin_memory=pin_memory, drop_last=True)
+        self.train_sampler = DistributedSampler(
+            train_dataset, shuffle=True, num_replicas=world_size, rank=rank, drop_last=True
+        )
+        self.train_dataloader = StatefulDataLoader(
+            train_dataset,
+            batch_size=data.train_batch_size,
+            sampler=self.train_sampler,
+            collate_fn=collate,
+            num_workers=0,
+            pin_memory=pin_memory,
+            drop_last=True,
+        )
+        self.val_sampler = DistributedSampler(
+            val_dataset, shuffle=False, num_replicas=world_size, rank=rank, drop_last=True
+        )
+        self.val_dataloader = StatefulDataLoader(
+            val_dataset,
+            batch_size=data.micro_batch_size_per_gpu,
+            sampler=self.val_sampler,
+            collate_fn=collate,
+            num_workers=0,
+            pin_memory=pin_memory,
+            drop_last=True,
+        )
         if self._is_rank_zero():
             used = len(self.val_dataloader) * world_size * data.micro_batch_size_per_gpu
             print(f"validation uses {used} of {len(val_dataset)} pairs (whole micro-batches on every rank)")
@@ -351,8 +385,10 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         self.total_steps = self.steps_per_epoch * self.config.trainer.total_epochs
         self.lr_scheduler = self._lr_scheduler()
         if self._is_rank_zero():
-            print(f"{self.steps_per_epoch} steps per epoch, {self.total_steps} steps in the LR schedule; "
-                  f"compute dtype {compute_dtype(get_device_name())}, margin mode {self.bt.margin_mode}")
+            print(
+                f"{self.steps_per_epoch} steps per epoch, {self.total_steps} steps in the LR schedule; "
+                f"compute dtype {compute_dtype(get_device_name())}, margin mode {self.bt.margin_mode}"
+            )
 
     def _load_scoring_model(self):
         model_settings = self.config.model
@@ -361,10 +397,12 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         model_config.num_labels = 1
         model_config.pad_token_id = self.tokenizer.pad_token_id
         if hasattr(model_config, "max_position_embeddings"):
-            model_config.max_position_embeddings = max(model_config.max_position_embeddings,
-                                                       self.config.data.max_length)
-        init_context = get_init_weight_context_manager(use_meta_tensor=not model_config.tie_word_embeddings,
-                                                       mesh=self.device_mesh)
+            model_config.max_position_embeddings = max(
+                model_config.max_position_embeddings, self.config.data.max_length
+            )
+        init_context = get_init_weight_context_manager(
+            use_meta_tensor=not model_config.tie_word_embeddings, mesh=self.device_mesh
+        )
         with init_context():
             model = AutoModelForSequenceClassification.from_pretrained(
                 local_path,
@@ -392,8 +430,9 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
                 auto_wrap_policy=get_fsdp_wrap_policy(model, config=fsdp_config.wrap_policy),
                 device_id=get_device_id(),
                 sharding_strategy=ShardingStrategy.FULL_SHARD,
-                mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32,
-                                               buffer_dtype=torch.float32),
+                mixed_precision=MixedPrecision(
+                    param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=torch.float32
+                ),
                 sync_module_states=True,
                 device_mesh=self.device_mesh,
                 forward_prefetch=False,
@@ -402,8 +441,9 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
             offload_policy = CPUOffloadPolicy() if fsdp_config.cpu_offload else None
             fsdp_kwargs = {
                 "mesh": self.device_mesh,
-                "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32,
-                                                  cast_forward_inputs=True),
+                "mp_policy": MixedPrecisionPolicy(
+                    param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=True
+                ),
                 "reshard_after_forward": True,
             }
             if offload_policy is not None:
@@ -420,8 +460,9 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         if name not in LR_SCHEDULES:
             raise ValueError(f"optim.lr_scheduler must be one of {sorted(LR_SCHEDULES)}, got {name!r}")
         warmup_steps = int(self.total_steps * self.config.optim.lr_warmup_steps_ratio)
-        return LR_SCHEDULES[name](optimizer=self.optimizer, num_warmup_steps=warmup_steps,
-                                  num_training_steps=self.total_steps)
+        return LR_SCHEDULES[name](
+            optimizer=self.optimizer, num_warmup_steps=warmup_steps, num_training_steps=self.total_steps
+        )
 
     # forward, loss, step
     def _pair_rewards(self, micro_batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -522,25 +563,33 @@ def _validation_metrics_in_tracking(trainer: BradleyTerryTrainer):
 
 # --- entry point -------------------------------------------------------------------------------------
 
+
 def load_pair_datasets(config, tokenizer) -> tuple[PairDataset, PairDataset]:
-    data_config = PairDataConfig(max_length=config.data.max_length, truncation=config.data.truncation,
-                                 need_margin=BradleyTerryConfig(**config.bt).margin_mode != "none")
-    return (PairDataset(config.data.train_files, tokenizer, data_config),
-            PairDataset(config.data.val_files, tokenizer, data_config))
+    data_config = PairDataConfig(
+        max_length=config.data.max_length,
+        truncation=config.data.truncation,
+        need_margin=BradleyTerryConfig(**config.bt).margin_mode != "none",
+    )
+    return (
+        PairDataset(config.data.train_files, tokenizer, data_config),
+        PairDataset(config.data.val_files, tokenizer, data_config),
+    )
 
 
 def run_bt(config) -> None:
     # The data is read and checked before any process group exists, so a bad row fails fast on every rank.
-    tokenizer = hf_tokenizer(copy_to_local(config.model.partial_pretrain),
-                             trust_remote_code=config.model.trust_remote_code)
+    tokenizer = hf_tokenizer(
+        copy_to_local(config.model.partial_pretrain), trust_remote_code=config.model.trust_remote_code
+    )
     train_dataset, val_dataset = load_pair_datasets(config, tokenizer)
     device_name = get_device_name()
     _, rank, world_size = initialize_global_process_group()
     if rank == 0:
         print(f"train: {train_dataset.describe()}\nval: {val_dataset.describe()}")
     device_mesh = init_device_mesh(device_type=device_name, mesh_shape=(world_size,), mesh_dim_names=("fsdp",))
-    ulysses_device_mesh = init_device_mesh(device_type=device_name, mesh_shape=(world_size, 1),
-                                           mesh_dim_names=("dp", "sp"))
+    ulysses_device_mesh = init_device_mesh(
+        device_type=device_name, mesh_shape=(world_size, 1), mesh_dim_names=("dp", "sp")
+    )
     torch.manual_seed(config.trainer.seed)  # the new scoring head's initial weights (rank 0's are broadcast)
     trainer = BradleyTerryTrainer(config, device_mesh, ulysses_device_mesh, tokenizer, train_dataset, val_dataset)
     trainer.fit()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from tqdm import tqdm
 
@@ -68,13 +68,21 @@ class EvaluationResult:
         return Counter(row.error for row in self.rows if row.failed)
 
 
-def evaluate(rows: Sequence[EvalRow], backend: JudgeBackend, options: EvaluationOptions, judge_config: dict,
-             data_digest: str) -> EvaluationResult:
+def evaluate(
+    rows: Sequence[EvalRow], backend: JudgeBackend, options: EvaluationOptions, judge_config: dict, data_digest: str
+) -> EvaluationResult:
     if options.score_field == "raw_reward" and backend.identity["kind"] != "scalar":
         raise EvaluationError(f"--score-field raw_reward needs a scalar judge; this one is {backend.identity['kind']}")
     scored = judge_rows(rows, backend, options.batch_size, options.score_field)
-    return EvaluationResult(options, backend.identity, judge_config, data_digest, scored, subset_results(scored),
-                            chance_scores(rows, options.chance_draws, options.chance_seed))
+    return EvaluationResult(
+        options,
+        backend.identity,
+        judge_config,
+        data_digest,
+        scored,
+        subset_results(scored),
+        chance_scores(rows, options.chance_draws, options.chance_seed),
+    )
 
 
 def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, score_field: str) -> list[ScoredRow]:
@@ -89,10 +97,12 @@ def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, 
 
 
 def _judge_all(backend: JudgeBackend, items: list[JudgeItem], batch_size: int) -> list[Verdict]:
-    batches = [items[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    batches = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
     verdicts: list[Verdict] = []
-    with tqdm(total=len(items), desc="judging", unit=" completions") as progress, \
-            ThreadPoolExecutor(backend.parallel_calls) as pool:
+    with (
+        tqdm(total=len(items), desc="judging", unit=" completions") as progress,
+        ThreadPoolExecutor(backend.parallel_calls) as pool,
+    ):
         for batch_verdicts in pool.map(backend.score_batch, batches):  # map keeps the batches' order
             verdicts.extend(batch_verdicts)
             progress.update(len(batch_verdicts))

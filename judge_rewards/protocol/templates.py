@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 Message = dict  # {"role": str, "content": str}
-Conversation = Union[str, Sequence[Message]]
+Conversation = str | Sequence[Message]
 
 MIN_SCORE = 0
 MAX_SCORE = 4
