@@ -47,6 +47,21 @@ def _save_readme(out_dir: Path, text: str) -> None:
     (out_dir / "SOURCE.md").write_text(text)
 
 
+def chatml_tokenizer(backend, model_max_length: int):
+    """A fast tokenizer around a `tokenizers` backend with the ChatML special tokens and chat template."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=PAD,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=model_max_length,
+    )
+
+
 def build_tiny(
     out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 1024
 ) -> Path:
@@ -56,7 +71,7 @@ def build_tiny(
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,15 +86,7 @@ def build_tiny(
         show_progress=False,
     )
     bpe.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=PAD,
-        chat_template=CHATML_TEMPLATE,
-        model_max_length=4096,
-    )
+    tokenizer = chatml_tokenizer(bpe, model_max_length=4096)
 
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -130,7 +137,7 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     encoding; the saved tokenizer ends turns with <|im_end|>, pads with <|endoftext|> and adds no BOS,
     as the original SmolLM2-Instruct does.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path) if gguf_path else smollm2_gguf_path()
     out_dir = Path(out_dir)
@@ -140,15 +147,7 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     gguf_tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     backend = gguf_tokenizer.backend_tokenizer
     backend.post_processor = None  # drops the BOS the GGUF metadata adds to every encoding
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=PAD,
-        chat_template=CHATML_TEMPLATE,
-        model_max_length=8192,
-    )
+    tokenizer = chatml_tokenizer(backend, model_max_length=8192)
 
     loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     # A model loaded from GGUF cannot save_pretrained itself; a fresh one built from its config can.

@@ -268,17 +268,21 @@ def _final_choice(completion: str) -> tuple[str | None, str]:
     return None, "no choice letter in the completion"
 
 
+def _compared(answer_type: str, found, where: str, expected, shown_reference) -> RuleScore:
+    """1.0 when the completion's final answer `found` equals `expected`, 0.0 when it differs or there is none."""
+    if found is None:
+        return RuleScore(0.0, f"{answer_type}: {where}; reference {shown_reference}", answer_type)
+    verdict = "matches" if found == expected else "differs from"
+    return RuleScore(
+        float(found == expected), f"{answer_type}: {found} ({where}) {verdict} reference {expected}", answer_type
+    )
+
+
 def _score_choice(completion: str, reference: str) -> RuleScore:
     expected = _choice_letter(reference)
     if expected is None:
         raise ValueError(f"MULTIPLE_CHOICE reference {reference!r} is not a choice letter")
-    found, where = _final_choice(completion)
-    if found is None:
-        return RuleScore(0.0, f"MULTIPLE_CHOICE: {where}; reference {expected}", MULTIPLE_CHOICE)
-    verdict = "matches" if found == expected else "differs from"
-    return RuleScore(
-        float(found == expected), f"MULTIPLE_CHOICE: {found} ({where}) {verdict} reference {expected}", MULTIPLE_CHOICE
-    )
+    return _compared(MULTIPLE_CHOICE, *_final_choice(completion), expected, shown_reference=expected)
 
 
 # ---- BOOLEAN -----------------------------------------------------------------------------------------
@@ -312,11 +316,7 @@ def _score_boolean(completion: str, reference: str) -> RuleScore:
     expected = _polarity(reference)
     if expected is None:
         raise ValueError(f"BOOLEAN reference {reference!r} is not yes/no/true/false")
-    found, where = _final_polarity(completion)
-    if found is None:
-        return RuleScore(0.0, f"BOOLEAN: {where}; reference {reference}", BOOLEAN)
-    verdict = "matches" if found == expected else "differs from"
-    return RuleScore(float(found == expected), f"BOOLEAN: {found} ({where}) {verdict} reference {expected}", BOOLEAN)
+    return _compared(BOOLEAN, *_final_polarity(completion), expected, shown_reference=reference)
 
 
 # ---- TEXT --------------------------------------------------------------------------------------------
