@@ -15,6 +15,7 @@ from pathlib import Path
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
+from judge_rewards.settings import option
 
 DATA_SOURCE_POINTWISE = "helpsteer2/pointwise"
 DATA_SOURCE_PAIRWISE = "helpsteer2/pairwise"
@@ -25,9 +26,12 @@ _ROLES = {"User": "user", "Assistant": "assistant"}
 
 @dataclass(frozen=True)
 class HelpSteer2Config:
-    sft_min_correctness: int = 4  # the anchor recipe's SFT rule: correctness >= 4
-    min_strength: int = 1  # ties (strength 0) are never used
-    seed: int = 0
+    """How the HelpSteer2 rows are selected and arranged."""
+
+    # 4: the anchor recipe's SFT rule (correctness >= 4); ties (strength 0) are never used
+    sft_min_correctness: int = option(4, "SFT keeps responses rated at least this correct (0-4)")
+    min_strength: int = option(1, "Bradley-Terry and pairwise keep pairs with |preference_strength| at least this")
+    seed: int = option(0, "seed of the pairwise A/B positions")
 
     def __post_init__(self):
         if not 0 <= self.sft_min_correctness <= 4:

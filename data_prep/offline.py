@@ -19,6 +19,7 @@ from data_prep.offline_facts import CATEGORIES, Category, Fact, Phrasing
 from data_prep.records import UsageError
 from judge_rewards import rules
 from judge_rewards.protocol import templates
+from judge_rewards.settings import option
 
 DATA_SOURCE_POINTWISE = "offline/pointwise"
 DATA_SOURCE_PAIRWISE = "offline/pairwise"
@@ -35,11 +36,13 @@ GRADES = tuple(range(templates.MIN_SCORE, templates.MAX_SCORE + 1))
 
 @dataclass(frozen=True)
 class OfflineConfig:
-    train_size: int = 720  # train preference pairs; also the train pointwise and pairwise rows
-    val_size: int = 80
-    eval_size: int = 100  # eval prompts, each with 1 correct and 3 flawed answers
-    seed: int = 0
-    eval_fraction: float = 0.25  # of each category's facts
+    """How much is generated, and the seed of everything drawn."""
+
+    train_size: int = option(720, "train preference pairs (also pointwise and pairwise rows)")
+    val_size: int = option(80, "val preference pairs (also pointwise and pairwise rows)")
+    eval_size: int = option(100, "eval prompts (1 correct and 3 flawed answers each)")
+    seed: int = option(0, "seed of the fact split and of everything drawn")
+    eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
     def __post_init__(self):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
+from judge_rewards.settings import option
 
 HUB_NAME = "allenai/reward-bench-2"
 TIES_SUBSET = "Ties"
@@ -29,11 +30,14 @@ EVAL = "eval"
 
 @dataclass(frozen=True)
 class RewardBench2Config:
-    eval_fraction: float = 0.2
-    val_fraction: float = 0.05
-    pointwise_rejected: int = 1  # rejected answers per prompt in pointwise (1: labels 4 and 0 balanced)
-    pairwise_rejected: int = 3  # rejected answers per prompt in pairwise (3: every one RB2 has)
-    seed: int = 0
+    """How the prompt ids are split and how many rejected answers each row gets."""
+
+    eval_fraction: float = option(0.2, "share of each subset's prompt ids held out for eval/")
+    val_fraction: float = option(0.05, "share of each subset's prompt ids for the val split")
+    # 1: labels 4 and 0 balanced in pointwise; 3: every rejected answer RB2 has in pairwise
+    pointwise_rejected: int = option(1, "rejected answers per prompt in pointwise; each chosen answer is one more row")
+    pairwise_rejected: int = option(3, "rejected answers per prompt in pairwise (one pair each)")
+    seed: int = option(0, "seed of the split, sampling and A/B positions")
 
     def __post_init__(self):
         if not (self.eval_fraction >= 0 and self.val_fraction >= 0 and self.eval_fraction + self.val_fraction < 1):

@@ -1,18 +1,27 @@
 """The two ways evaluation reaches a judge, behind one method, `score_batch(items) -> verdicts`:
-the HTTP API of a running judge server, or the serving module's own judge classes in this process
-(so "how a judge scores" is written once, in serving/)."""
+the HTTP API of a running judge server, through the reward adapter's /batch_judge client, or the serving
+module's own judge classes in this process (so "how a judge scores" is written once, in serving/)."""
 
 from __future__ import annotations
 
-import time
+import concurrent.futures
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
+from judge_rewards.judge_client import BatchingJudgeClient, JudgeUnavailableError
 from judge_rewards.protocol import judge_api
+from judge_rewards.reward_config import JudgeRewardConfig
+from judge_rewards.reward_metrics import RewardMetrics
+from judge_rewards.settings import option
 from serving.judges import JudgeItem, Verdict
+
+API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # the reward adapter's variable: one key for every client
+# A batch waits for a free connection slot at most as long as one batch ahead of it takes, then takes as long itself.
+RESULT_WAIT_BATCHES = 2
 
 
 class EvaluationError(RuntimeError):
@@ -29,85 +38,56 @@ class JudgeBackend(Protocol):
 
 @dataclass(frozen=True)
 class HttpJudgeOptions:
-    url: str
-    api_key: str | None = None
-    timeout_s: float = 300.0
-    max_retries: int = 2
-    concurrency: int = 1
+    """Score through the HTTP API of a running judge server."""
+
+    judge_url: str | None = option(None, "base URL of the judge server, e.g. http://127.0.0.1:8888")
+    api_key: str | None = option(
+        None, f"bearer key of the judge server (default: env {API_KEY_ENV})", env=API_KEY_ENV, secret=True
+    )
+    timeout: float = option(300.0, "seconds one /batch_judge call may take")
+    max_retries: int = option(2, "retries of a call after a timeout, connection error, 429 or 5xx; then its rows fail")
+    concurrency: int = option(1, "/batch_judge calls in flight at once")
 
     def __post_init__(self):
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"the judge URL must start with http:// or https://, got {self.url!r}")
-        if self.timeout_s <= 0 or self.max_retries < 0 or self.concurrency < 1:
+        if self.judge_url is not None and not self.judge_url.startswith(("http://", "https://")):
+            raise ValueError(f"the judge URL must start with http:// or https://, got {self.judge_url!r}")
+        if self.timeout <= 0 or self.max_retries < 0 or self.concurrency < 1:
             raise ValueError("timeout must be > 0, max_retries >= 0 and concurrency >= 1")
 
 
 class HttpJudge:
-    """POST /batch_judge of a running judge server; results matched to items by request_id."""
+    """POST /batch_judge of a running judge server through judge_rewards' client (results matched by
+    request_id; timeouts, connection errors, 429 and 5xx retried with jittered backoff and Retry-After).
+    A request the server refuses for good (401, 403, 413, 422, ...) stops the evaluation: every batch would
+    fail the same way; any other failure fails only the items of its batch."""
 
-    def __init__(self, options: HttpJudgeOptions):
-        self._options = options
-        self._url = options.url.rstrip("/")
-        headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-        self._client = httpx.Client(timeout=options.timeout_s, headers=headers)
+    def __init__(self, options: HttpJudgeOptions, batch_size: int):
+        if options.judge_url is None:
+            raise ValueError("HttpJudge needs the judge server's URL")
+        self._url = options.judge_url.rstrip("/")
         self.parallel_calls = options.concurrency
-        try:
-            self.identity = {**self._health(), "access": f"HTTP {self._url}"}
-        except EvaluationError:
-            self._client.close()
-            raise
-
-    def _health(self) -> dict:
-        try:
-            response = self._client.get(f"{self._url}/health")
-        except httpx.TransportError as err:
-            raise EvaluationError(
-                f"cannot reach the judge server at {self._url}: {type(err).__name__}: {err}"
-            ) from None
-        if response.status_code != 200:
-            raise EvaluationError(
-                f"{self._url}/health answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
-            )
-        try:
-            health = response.json()
-            return {
-                "kind": health["judge_kind"],
-                "backend": health["backend"],
-                "model_id": health["model_id"],
-                "model_version": health["model_version"],
-            }
-        except (ValueError, KeyError, TypeError):
-            raise EvaluationError(
-                f"{self._url}/health is not a judge server's answer: {judge_api.excerpt(response.text)}"
-            ) from None
+        self.identity = {**_health(self._url, options), "access": f"HTTP {self._url}"}
+        self._client = BatchingJudgeClient(client_config(options, batch_size), RewardMetrics())
+        self._result_wait_s = RESULT_WAIT_BATCHES * self._client.result_timeout
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        request_ids = [str(index) for index in range(len(items))]
-        body = {
-            "requests": [item.request_body(request_id) for item, request_id in zip(items, request_ids, strict=True)]
-        }
-        responses, failure = self._post(body)
-        if failure is not None:
-            return [Verdict.failed(failure) for _ in items]
-        return [_verdict(judge_api.item_answer(responses.get(request_id), request_id)) for request_id in request_ids]
+        return [self._verdict(future) for future in self._client.submit_all(items)]
 
-    def _post(self, body: dict) -> tuple[dict[str, dict], str | None]:
-        """(responses, None), or ([], why the batch failed) after the retries of transient failures."""
-        failure = ""
-        for attempt in range(self._options.max_retries + 1):
-            if attempt:
-                time.sleep(2 ** (attempt - 1))
-            try:
-                response = self._client.post(f"{self._url}/batch_judge", json=body)
-            except httpx.TransportError as err:
-                failure = f"judge request failed: {type(err).__name__}: {err}"
-                continue
-            if response.status_code == 200:
-                return _responses(response), None
-            failure = f"judge answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
-            if response.status_code != 429 and response.status_code < 500:
-                raise EvaluationError(failure)  # wrong key, batch too large, invalid request: every batch would fail
-        return {}, f"{failure} (after {self._options.max_retries + 1} attempts)"
+    def _verdict(self, future: concurrent.futures.Future) -> Verdict:
+        try:
+            result = future.result(timeout=self._result_wait_s)
+        except JudgeUnavailableError as err:
+            if err.permanent:
+                raise EvaluationError(str(err)) from None
+            return Verdict.failed(str(err))
+        except concurrent.futures.TimeoutError:
+            return Verdict.failed(f"no judge answer within {self._result_wait_s:.0f}s")
+        return Verdict(
+            score=result.score,
+            explanation=result.explanation,
+            metadata=result.metadata,
+            detailed_scores=result.detailed_scores,
+        )
 
     def __enter__(self) -> HttpJudge:
         return self
@@ -116,18 +96,47 @@ class HttpJudge:
         self._client.close()
 
 
-def _responses(response) -> dict[str, dict]:
+def client_config(options: HttpJudgeOptions, batch_size: int) -> JudgeRewardConfig:
+    """The client's settings for an evaluation: a score_batch call's items go out at once in one batch
+    (batch_timeout 0, max_batch_size = batch_size), every completion is judged (no cache), and the circuit
+    breaker never opens: an evaluation has no fallback to fail fast to, so every batch gets its own
+    retries, and a short outage fails only the batches sent during it, never the rest of the run. The queue
+    holds the items of the calls in flight and of those just answered (their bookkeeping may lag)."""
+    return JudgeRewardConfig(
+        judge_url=options.judge_url,
+        api_key=options.api_key,
+        use_cache=False,
+        max_batch_size=batch_size,
+        batch_timeout=0.0,
+        max_concurrent_requests=options.concurrency,
+        timeout=options.timeout,
+        max_retries=options.max_retries,
+        circuit_breaker_threshold=sys.maxsize,
+        max_queue_size=2 * batch_size * options.concurrency,
+    )
+
+
+def _health(url: str, options: HttpJudgeOptions) -> dict:
+    """The judge's identity from GET /health; EvaluationError when the server is not a judge server."""
+    headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
     try:
-        return judge_api.responses_by_request_id(response.json())
-    except ValueError as err:  # not JSON, or judge_api.MalformedAnswer
-        reason = err if isinstance(err, judge_api.MalformedAnswer) else "a body that is not JSON"
-        raise EvaluationError(f"/batch_judge answered with {reason}: {judge_api.excerpt(response.text)}") from None
-
-
-def _verdict(answer: judge_api.ItemAnswer) -> Verdict:
-    if answer.error is not None:
-        return Verdict.failed(answer.error)
-    return Verdict(score=answer.score, explanation=answer.explanation, metadata=answer.metadata)
+        response = httpx.get(f"{url}/health", headers=headers, timeout=options.timeout)
+    except httpx.TransportError as err:
+        raise EvaluationError(f"cannot reach the judge server at {url}: {type(err).__name__}: {err}") from None
+    if response.status_code != 200:
+        raise EvaluationError(f"{url}/health answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}")
+    try:
+        health = response.json()
+        return {
+            "kind": health["judge_kind"],
+            "backend": health["backend"],
+            "model_id": health["model_id"],
+            "model_version": health["model_version"],
+        }
+    except (ValueError, KeyError, TypeError):
+        raise EvaluationError(
+            f"{url}/health is not a judge server's answer: {judge_api.excerpt(response.text)}"
+        ) from None
 
 
 class InProcessJudge:

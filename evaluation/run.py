@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from judge_rewards.settings import REQUIRED, option
 from serving.judges import JudgeItem, Verdict
 
 from .data import EvalRow
@@ -23,13 +24,21 @@ SCORE_FIELDS = ("score", "raw_reward")
 
 @dataclass(frozen=True)
 class EvaluationOptions:
-    data: Path
-    out: Path
-    batch_size: int = 32
-    score_field: str = "score"  # raw_reward: a scalar judge's reward before the sigmoid (what RB2 ranks)
-    row_scores: bool = False
-    chance_draws: int = 100
-    chance_seed: int = 0
+    """What to evaluate, where the outputs go, and how the completions are ranked."""
+
+    data: Path = option(REQUIRED, "parquet file in RewardBench 2's schema, e.g. OUT/eval/test.parquet")
+    out: Path = option(REQUIRED, "directory for results.json, report.md and chart.png")
+    batch_size: int = option(32, "completions per judge call")
+    score_field: str = option(
+        "score",
+        "what ranks the completions: the judge's score in [0, 1], or a scalar judge's raw_reward "
+        "(RewardBench 2 ranks classifiers by raw reward: the order is the same, the Ties margin "
+        "terms differ)",
+        choices=SCORE_FIELDS,
+    )
+    row_scores: bool = option(False, "also write every row's scores into results.json")
+    chance_draws: int = option(100, "random judges averaged for the Ties chance level; best-of-N chance is exact")
+    chance_seed: int = option(0, "seed of those random judges")
 
     def __post_init__(self):
         if self.batch_size < 1:

@@ -5,9 +5,12 @@
   first item; at most `max_concurrent_requests` batches are in flight.
 - Results are matched to requests by `request_id`, never by position.
 - Identical requests in flight share one judgement (one future).
-- Only timeouts, connection errors, 429 and 5xx are retried, with exponential backoff and full jitter.
+- Only timeouts, connection errors, 429 and 5xx are retried, with exponential backoff and full jitter
+  (a Retry-After header sets the wait); other 4xx answers are permanent failures: a retry would get the same.
 - A circuit breaker opens after `circuit_breaker_threshold` consecutive failed batches.
 - Every submitted request ends with a result or a `JudgeUnavailableError` saying why; none is dropped.
+
+The reward adapter (judge_reward_adapter) and evaluation's HTTP judge (evaluation.judges) both use it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import random
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,11 +43,14 @@ CLOSE_TIMEOUT_S = 5.0
 
 class JudgeUnavailableError(RuntimeError):
     """The judge gave no score for a request; the message says why (circuit open, queue full, timeout,
-    HTTP error, malformed response, or the judge's own error for that item)."""
+    HTTP error, malformed response, or the judge's own error for that item). `permanent`: the judge
+    refused the batch with an answer a retry would get again (a 4xx other than 429: wrong API key, body
+    too large, invalid request), so every later batch would fail the same way."""
 
-    def __init__(self, message: str, request_id: str | None = None):
+    def __init__(self, message: str, request_id: str | None = None, permanent: bool = False):
         super().__init__(message)
         self.request_id = request_id
+        self.permanent = permanent
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,13 @@ class JudgeResult:
     request_id: str
     explanation: str = ""
     detailed_scores: dict | None = field(default=None, compare=False)
+    metadata: dict = field(default_factory=dict, compare=False)  # e.g. a scalar judge's raw_reward
 
 
 @dataclass
 class _Pending:
     request: JudgeItem
+    key: str
     request_id: str
     future: concurrent.futures.Future
 
@@ -85,33 +94,47 @@ class BatchingJudgeClient:
 
     def submit(self, request: JudgeItem) -> concurrent.futures.Future:
         """A future of the JudgeResult of `request` (it raises JudgeUnavailableError when there is none)."""
-        key = request.key()
+        return self.submit_all([request])[0]
+
+    def submit_all(self, requests: Sequence[JudgeItem]) -> list[concurrent.futures.Future]:
+        """A future per request, in order. The requests are queued together, so that with batch_timeout 0
+        they still go out in as few batches as max_batch_size allows."""
+        queued: list[_Pending] = []
         with self._lock:
             if self._closed:
-                return _failed("judge client is closed")
+                return [_failed("judge client is closed") for _ in requests]
             self._start_if_needed()
-            shared = self._in_flight.get(key)
-            if shared is not None:
-                self.metrics.count("deduplicated")
-                return shared
-            if self.breaker.rejects_now():
-                return _failed(
-                    f"Circuit breaker open: {self.breaker.snapshot()['failures']} consecutive failed batches "
-                    f"to {self.config.judge_url}; one probe batch goes out {self.config.circuit_breaker_timeout}s "
-                    f"after the circuit opened"
-                )
-            if self.metrics.queue_size >= self.config.max_queue_size:
-                self.metrics.count("rejected_queue_full")
-                return _failed(
-                    f"Request queue full: {self.metrics.queue_size} requests waiting or in flight "
-                    f"(max_queue_size={self.config.max_queue_size})"
-                )
-            future = concurrent.futures.Future()
-            self._in_flight[key] = future
-            self.metrics.queue_changed(+1)
-            pending = _Pending(request, uuid.uuid4().hex, future)
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, pending)
-        future.add_done_callback(lambda done: self._forget(key, done))
+            futures = [self._admit(request, queued) for request in requests]
+            if queued:
+                self._loop.call_soon_threadsafe(_put_all, self._queue, queued)
+        for pending in queued:  # outside the lock: a callback of a settled future runs at once and takes it
+            pending.future.add_done_callback(lambda done, key=pending.key: self._forget(key, done))
+        return futures
+
+    def _admit(self, request: JudgeItem, queued: list[_Pending]) -> concurrent.futures.Future:
+        """The future of `request` (the lock held): the one of an identical request in flight, a failed one
+        when the circuit is open or the queue full, else a new one whose request joins `queued`."""
+        key = request.key()
+        shared = self._in_flight.get(key)
+        if shared is not None:
+            self.metrics.count("deduplicated")
+            return shared
+        if self.breaker.rejects_now():
+            return _failed(
+                f"Circuit breaker open: {self.breaker.snapshot()['failures']} consecutive failed batches "
+                f"to {self.config.judge_url}; one probe batch goes out {self.config.circuit_breaker_timeout}s "
+                f"after the circuit opened"
+            )
+        if self.metrics.queue_size >= self.config.max_queue_size:
+            self.metrics.count("rejected_queue_full")
+            return _failed(
+                f"Request queue full: {self.metrics.queue_size} requests waiting or in flight "
+                f"(max_queue_size={self.config.max_queue_size})"
+            )
+        future = concurrent.futures.Future()
+        self._in_flight[key] = future
+        self.metrics.queue_changed(+1)
+        queued.append(_Pending(request, key, uuid.uuid4().hex, future))
         return future
 
     def close(self) -> None:
@@ -233,7 +256,7 @@ class BatchingJudgeClient:
                     self.breaker.snapshot()["failures"],
                     self.config.circuit_breaker_timeout,
                 )
-            _fail_all(batch, str(err))
+            _fail_all(batch, str(err), err.permanent)
             return
         if self.breaker.record_success():
             log.info("Circuit breaker closed: %s answers again", self.config.judge_url)
@@ -250,14 +273,14 @@ class BatchingJudgeClient:
                 failure = f"cannot reach the judge at {self.config.judge_url}: {type(err).__name__}: {err}"
             except httpx.RequestError as err:
                 raise JudgeUnavailableError(
-                    f"judge request failed: {type(err).__name__}: {err} (not retried)"
+                    f"judge request failed: {type(err).__name__}: {err} (not retried)", permanent=True
                 ) from None
             else:
                 if response.status_code < 400:
                     return _json_body(response)
                 failure = f"judge answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
                 if response.status_code != 429 and response.status_code < 500:
-                    raise JudgeUnavailableError(failure + " (not retried)")
+                    raise JudgeUnavailableError(failure + " (not retried)", permanent=True)
                 retry_after = _retry_after_s(response)
             if attempt == self.config.max_retries:
                 raise JudgeUnavailableError(f"{failure} (attempts: {attempt + 1})")
@@ -297,26 +320,30 @@ def _responses_by_request_id(body: Any) -> dict[str, dict]:
 
 
 def _deliver(batch: list[_Pending], responses: dict[str, dict]) -> None:
-    """Settle every pending request with its own response, found by request_id."""
+    """Settle every pending request with its own response, found by request_id. A failed item's message
+    leaves its request_id out (the error carries it): the same reason reads the same for every item."""
     for pending in batch:
         answer = judge_api.item_answer(responses.get(pending.request_id), pending.request_id)
         if answer.error is not None:
             _settle(
                 pending.future,
-                error=JudgeUnavailableError(
-                    f"judge could not score request {pending.request_id}: {answer.error}", pending.request_id
-                ),
+                error=JudgeUnavailableError(f"judge could not score request: {answer.error}", pending.request_id),
             )
         else:
-            _settle(
-                pending.future,
-                result=JudgeResult(answer.score, pending.request_id, answer.explanation, answer.detailed_scores),
+            result = JudgeResult(
+                answer.score, pending.request_id, answer.explanation, answer.detailed_scores, answer.metadata
             )
+            _settle(pending.future, result=result)
 
 
-def _fail_all(batch: list[_Pending], message: str) -> None:
+def _put_all(queue: asyncio.Queue, items: list[_Pending]) -> None:
+    for item in items:
+        queue.put_nowait(item)
+
+
+def _fail_all(batch: list[_Pending], message: str, permanent: bool = False) -> None:
     for pending in batch:
-        _settle(pending.future, error=JudgeUnavailableError(message, pending.request_id))
+        _settle(pending.future, error=JudgeUnavailableError(message, pending.request_id, permanent))
 
 
 def _settle(

@@ -7,7 +7,8 @@ Where a value comes from, first match wins:
      JUDGE_MAX_BATCH_SIZE, JUDGE_MAX_CONCURRENT);
   3. the default.
 Strings (from the environment or a YAML) are cast to the field's type; a bad value raises
-`ConfigError` naming the key and where the value came from.
+`ConfigError` naming the key and where the value came from. The keys are declared as settings
+(judge_rewards.settings.option: help text, environment variable, secret) and read from there.
 """
 
 from __future__ import annotations
@@ -16,51 +17,51 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from .settings import option, setting_types
 
 
 class ConfigError(ValueError):
     """A reward adapter setting is missing, of the wrong type or out of range."""
 
 
-def _setting(default, help: str, env: str | None = None):
-    return field(default=default, metadata={"help": help, "env": env})
-
-
 @dataclass(frozen=True)
 class JudgeRewardConfig:
-    judge_url: str | None = _setting(
+    judge_url: str | None = option(
         None, "base URL of the judge server, e.g. http://judge-host:8888", env="JUDGE_MODEL_URL"
     )
-    api_key: str | None = _setting(
-        None, "sent as `Authorization: Bearer <key>`; none when unset", env="JUDGE_MODEL_API_KEY"
+    api_key: str | None = option(
+        None, "sent as `Authorization: Bearer <key>`; none when unset", env="JUDGE_MODEL_API_KEY", secret=True
     )
-    use_cache: bool = _setting(
+    use_cache: bool = option(
         True, "keep judge scores of identical (prompt, completion, answer, answer_type) in an LRU cache"
     )
-    cache_size: int = _setting(5000, "most entries in the LRU score cache")
-    max_batch_size: int = _setting(16, "most items in one POST /batch_judge", env="JUDGE_MAX_BATCH_SIZE")
-    batch_timeout: float = _setting(0.05, "seconds a batch waits for more items after its first one")
-    max_concurrent_requests: int = _setting(
+    cache_size: int = option(5000, "most entries in the LRU score cache")
+    max_batch_size: int = option(16, "most items in one POST /batch_judge", env="JUDGE_MAX_BATCH_SIZE")
+    batch_timeout: float = option(0.05, "seconds a batch waits for more items after its first one")
+    max_concurrent_requests: int = option(
         32, "most HTTP requests to the judge in flight at once", env="JUDGE_MAX_CONCURRENT"
     )
-    timeout: float = _setting(30.0, "seconds one HTTP attempt may take")
-    fallback_to_rule: bool = _setting(
+    timeout: float = option(30.0, "seconds one HTTP attempt may take")
+    fallback_to_rule: bool = option(
         True,
         "score with judge_rewards.rules (source rule_fallback) when the judge cannot answer; "
         "else raise JudgeUnavailableError",
     )
-    max_retries: int = _setting(
-        3, "retries of a batch after a timeout, connection error, 429 or 5xx (exponential backoff with jitter)"
+    max_retries: int = option(
+        3,
+        "retries of a batch after a timeout, connection error, 429 or 5xx (exponential backoff with full jitter; "
+        "Retry-After honoured)",
     )
-    circuit_breaker_threshold: int = _setting(
+    circuit_breaker_threshold: int = option(
         5, "consecutive failed batches that open the circuit (requests then fail fast)"
     )
-    circuit_breaker_timeout: float = _setting(
+    circuit_breaker_timeout: float = option(
         30.0, "seconds the circuit stays open before one probe batch is let through"
     )
-    max_queue_size: int = _setting(
+    max_queue_size: int = option(
         10_000, "most items waiting or in flight; past it a request fails with 'Request queue full'"
     )
 
@@ -98,11 +99,12 @@ class JudgeRewardConfig:
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise ConfigError(f"unknown reward config keys {unknown}; valid keys: {sorted(fields)}")
+        types = setting_types(cls)
         values = {}
         for name, spec in fields.items():
             raw, origin = _raw_value(name, config, spec.metadata["env"], environ)
             if raw is not None:
-                values[name] = _cast(name, raw, spec.type, origin)
+                values[name] = _cast(name, raw, types[name], origin)
         return cls(**values)
 
     @classmethod
@@ -117,7 +119,9 @@ class JudgeRewardConfig:
     def redacted(self) -> dict[str, Any]:
         """The settings, fit for a log line (the API key is not shown)."""
         values = dataclasses.asdict(self)
-        values["api_key"] = "***" if self.api_key else None
+        for spec in dataclasses.fields(self):
+            if spec.metadata["secret"] and values[spec.name]:
+                values[spec.name] = "***"
         return values
 
 
@@ -162,15 +166,14 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def _cast(name: str, raw: Any, type_name: str, origin: str) -> Any:
+def _cast(name: str, raw: Any, kind: type, origin: str) -> Any:
     """`raw` as the field's type; bools and numbers are accepted as strings (env, YAML strings)."""
-    kind = type_name.split("|")[0].strip()
     try:
-        if kind == "bool":
+        if kind is bool:
             return _as_bool(raw)
-        if kind == "int":
+        if kind is int:
             return _as_int(raw)
-        if kind == "float":
+        if kind is float:
             return _as_float(raw)
         if not isinstance(raw, str):
             raise TypeError(f"expected text, got {type(raw).__name__}")

@@ -1,26 +1,17 @@
-"""Typed configuration of the judge server, and the command-line flags derived from it (one place).
-
-Every field carries its help text in `metadata["help"]`; `add_arguments` turns the fields of a config
-dataclass into argparse flags (`max_batch_size` -> `--max-batch-size`) and `from_arguments` builds the
-dataclass back from the parsed namespace, so a flag, its default and its help are written once.
+"""Typed configuration of the judge server: every field is a setting (judge_rewards.settings) carrying its help
+text, so `python -m serving`, `python -m serving.ray_serve` and `python -m evaluation` get the same flags from it.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import os
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from judge_rewards.settings import option, require
 
 JUDGE_CHOICES = ("scalar", "generative", "rule")
 BACKEND_CHOICES = ("transformers", "vllm")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
-
-
-def option(default, help: str, **extra):
-    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass
@@ -107,60 +98,3 @@ class HttpConfig:
     host: str = option("127.0.0.1", "interface to listen on; 0.0.0.0 to accept other machines")
     port: int = option(8888, "TCP port")
     log_level: str = option("info", "log level", choices=("debug", "info", "warning", "error"))
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def add_arguments(parser: argparse.ArgumentParser, config_class: type) -> None:
-    """One flag per field of `config_class`, with its default and help."""
-    group = parser.add_argument_group(config_class.__name__, config_class.__doc__)
-    hints = typing.get_type_hints(config_class)
-    for item in dataclasses.fields(config_class):
-        flag = "--" + item.name.replace("_", "-")
-        help_text = item.metadata["help"]
-        if hints[item.name] is bool:
-            group.add_argument(flag, action="store_true", help=help_text)
-            continue
-        if item.default is not None and not item.metadata.get("secret"):
-            help_text += f" (default: {item.default})"
-        group.add_argument(
-            flag,
-            type=_scalar_type(hints[item.name]),
-            default=item.default,
-            choices=item.metadata.get("choices"),
-            help=help_text,
-        )
-
-
-def from_arguments(config_class: type, namespace: argparse.Namespace):
-    """The `config_class` instance the parsed flags describe (environment fallbacks applied)."""
-    values = {}
-    for item in dataclasses.fields(config_class):
-        value = getattr(namespace, item.name)
-        if value is None and "env" in item.metadata:
-            value = os.environ.get(item.metadata["env"]) or None
-        values[item.name] = value
-    return config_class(**values)
-
-
-def parse_configs(prog: str, description: str, config_classes: tuple[type, ...], argv=None) -> tuple:
-    """One instance per class of `config_classes`, from the command line; a bad value exits with its reason."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    for config_class in config_classes:
-        add_arguments(parser, config_class)
-    namespace = parser.parse_args(argv)
-    try:
-        return tuple(from_arguments(config_class, namespace) for config_class in config_classes)
-    except ValueError as err:
-        parser.error(str(err))
-
-
-def _scalar_type(hint) -> type:
-    """str for `str | None`, int for `int`, ..."""
-    members = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
-    return members[0]

@@ -22,9 +22,11 @@ from pathlib import Path
 
 from ray import serve
 
+from judge_rewards.settings import option, parse_configs, require
+
 from .app import build_app
 from .batching import score_isolating_failures
-from .config import HttpConfig, JudgeConfig, ServingConfig, option, parse_configs, require
+from .config import HttpConfig, JudgeConfig, ServingConfig
 from .judges import JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 

@@ -9,9 +9,11 @@ import os
 import socket
 from collections.abc import Sequence
 
+from judge_rewards.settings import parse_configs
+
 from .app import build_app
 from .batching import DynamicBatcher
-from .config import HttpConfig, JudgeConfig, ServingConfig, parse_configs
+from .config import HttpConfig, JudgeConfig, ServingConfig
 from .judges import BackendUnavailable, Judge, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 

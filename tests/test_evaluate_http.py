@@ -1,5 +1,5 @@
-"""How the evaluation's HTTP judge turns server trouble into failed judgements (never into scores),
-against a stub server on 127.0.0.1 that misbehaves on purpose."""
+"""How the evaluation's HTTP judge (the reward adapter's /batch_judge client underneath) turns server trouble
+into failed judgements (never into scores), against a stub server on 127.0.0.1 that misbehaves on purpose."""
 
 from __future__ import annotations
 
@@ -33,7 +33,13 @@ class StubJudgeServer(BaseHTTPRequestHandler):
         if self.behaviour == "bad_request":
             return self._answer(422, {"detail": "invalid"})
         responses = [
-            {"score": 0.25 * (i + 1), "request_id": r["request_id"], "error": None} for i, r in enumerate(requests)
+            {
+                "score": (i + 1) / (len(requests) + 2),
+                "request_id": r["request_id"],
+                "error": None,
+                "metadata": {"raw_reward": i - 1.5},
+            }
+            for i, r in enumerate(requests)
         ]
         if self.behaviour == "drops_one":
             responses = responses[1:]
@@ -64,11 +70,11 @@ def stub_url():
     server.server_close()
 
 
-def judged(url, behaviour, max_retries=0):
-    """The verdicts for ITEMS from a stub server behaving as `behaviour` says."""
+def judged(url, behaviour, max_retries=0, items=ITEMS):
+    """The verdicts for `items` from a stub server behaving as `behaviour` says."""
     StubJudgeServer.behaviour = behaviour
-    with HttpJudge(HttpJudgeOptions(url, max_retries=max_retries, timeout_s=10)) as judge:
-        return judge.score_batch(ITEMS)
+    with HttpJudge(HttpJudgeOptions(url, max_retries=max_retries, timeout=10), batch_size=len(items)) as judge:
+        return judge.score_batch(items)
 
 
 def test_results_are_matched_by_request_id_not_position(stub_url):
@@ -76,7 +82,7 @@ def test_results_are_matched_by_request_id_not_position(stub_url):
 
 
 def test_the_judge_is_identified_by_its_health_answer(stub_url):
-    with HttpJudge(HttpJudgeOptions(stub_url)) as judge:
+    with HttpJudge(HttpJudgeOptions(stub_url), batch_size=len(ITEMS)) as judge:
         assert judge.identity == {
             "kind": "scalar",
             "backend": "transformers",
@@ -88,17 +94,36 @@ def test_the_judge_is_identified_by_its_health_answer(stub_url):
 
 def test_a_missing_response_fails_only_its_item(stub_url):
     verdicts = judged(stub_url, "drops_one")
-    assert verdicts[0].score is None and "no result for request_id 0" in verdicts[0].error
+    assert verdicts[0].score is None and "no result for request_id" in verdicts[0].error
     assert verdicts[1].score == 0.5
 
 
 def test_a_server_that_stays_unavailable_fails_the_batch_after_the_retries(stub_url):
     verdicts = judged(stub_url, "unavailable", max_retries=1)
     assert StubJudgeServer.calls == 2
-    assert all(v.score is None and "HTTP 503" in v.error and "after 2 attempts" in v.error for v in verdicts)
+    assert all(v.score is None and "HTTP 503" in v.error and "(attempts: 2)" in v.error for v in verdicts)
 
 
 def test_a_rejected_request_stops_the_evaluation(stub_url):
     with pytest.raises(EvaluationError, match="HTTP 422"):
         judged(stub_url, "bad_request", max_retries=3)
     assert StubJudgeServer.calls == 1
+
+
+def test_the_items_of_one_call_go_out_in_one_request_with_their_metadata(stub_url):
+    StubJudgeServer.behaviour = "ok"
+    calls = [[JudgeItem(prompt="q", completion=f"answer {call} {number}") for number in range(300)] for call in (1, 2)]
+    with HttpJudge(HttpJudgeOptions(stub_url), batch_size=300) as judge:
+        judge.score_batch(calls[0])  # the second call finds the client's worker waiting for work
+        verdicts = judge.score_batch(calls[1])
+    assert StubJudgeServer.calls == 2
+    assert [v.metadata["raw_reward"] for v in verdicts] == [number - 1.5 for number in range(300)]
+
+
+def test_failing_batches_never_open_a_circuit_that_would_fail_later_ones_unsent(stub_url):
+    StubJudgeServer.behaviour = "unavailable"
+    batches = 8  # more than the reward adapter's default circuit_breaker_threshold (5)
+    with HttpJudge(HttpJudgeOptions(stub_url, max_retries=0), batch_size=len(ITEMS)) as judge:
+        verdicts = [verdict for _ in range(batches) for verdict in judge.score_batch(ITEMS)]
+    assert StubJudgeServer.calls == batches
+    assert all("HTTP 503" in v.error for v in verdicts)
