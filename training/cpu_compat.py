@@ -1,6 +1,6 @@
 """CPU mode for verl 0.6.1: the fixes that let its trainers run on a machine without a GPU.
 
-verl 0.6.1 assumes CUDA in a handful of places (see /shared/notes/verl-0.6.1-on-cpu.md). Each fix below
+verl 0.6.1 assumes CUDA in a handful of places (docs/verl-0.6.1-on-cpu.md lists them). Each fix below
 is one small function, applied right after its target module is first imported, so that it reaches
 the launcher process, every torchrun rank and every Ray worker alike: the launchers put
 `cpu_site/sitecustomize.py` on PYTHONPATH in CPU mode only, and that file calls `install()`.
