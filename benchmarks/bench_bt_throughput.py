@@ -61,8 +61,8 @@ METHODS = {
     "trl": "TRL RewardTrainer (each micro-batch padded to its longest)",
     "pad_to_max_length": "every sequence padded to max_length (anchor cookbook's batching; TRL collator)",
 }
-# Optimizer and schedule of bt_trainer.yaml, given to both trainers (they hardly change a step's cost, but
-# "the same training" should not differ in them).
+# Optimizer and schedule of training/configs/bradley_terry.yaml, given to both trainers (they hardly change a
+# step's cost, but "the same training" should not differ in them).
 WEIGHT_DECAY = 0.001
 ADAM_BETAS = (0.9, 0.95)
 WARMUP_STEPS_RATIO = 0.03
@@ -125,7 +125,8 @@ def require_within_max_length(setup: Setup, train_file: Path) -> None:
     """Our trainer truncates a longer sequence and TRL drops its pair: the methods would differ in data."""
     from transformers import AutoTokenizer
 
-    from training.bt_trainer import conversation_token_ids, parse_conversation
+    from judge_rewards.protocol.templates import conversation_token_ids
+    from training.bt_trainer import parse_conversation
 
     tokenizer = AutoTokenizer.from_pretrained(setup.base_model)
     rows = pd.read_parquet(train_file)
@@ -150,24 +151,11 @@ def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path
         "TRAIN_BATCH_SIZE": setup.batch_size,
         "MICRO_BATCH_SIZE": setup.micro_batch_size,
         "MAX_LENGTH": setup.max_length,
-        "TRUNCATION": "error",
         "LR": setup.lr,
         "TOTAL_EPOCHS": 1,
-        "TOTAL_TRAINING_STEPS": setup.steps,
         "STRATEGY": strategy,
-        "WEIGHT_DECAY": WEIGHT_DECAY,
-        "WARMUP_STEPS_RATIO": WARMUP_STEPS_RATIO,
-        "CLIP_GRAD": CLIP_GRAD,
-        "LR_SCHEDULER": "cosine",
-        "MARGIN_MODE": "none",
         "N_GPUS_PER_NODE": 1,
         "NNODES": 1,
-        "SAVE_FREQ": -1,
-        "TEST_FREQ": -1,
-        "GRADIENT_CHECKPOINTING": "false",
-        "LOGGER": "[console,file]",
-        "EXPORT_DIR": "none",
-        "DEVICE": "cpu",
         "JUDGE_CPU_DTYPE": "fp32",
         "OMP_NUM_THREADS": setup.threads,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -175,11 +163,31 @@ def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path
     return {key: str(value) for key, value in knobs.items()}
 
 
+def launcher_settings(setup: Setup) -> list[str]:
+    """The run's other settings, as key=value arguments of the launcher (the recipe config's keys)."""
+    return [
+        "data.truncation=error",
+        f"trainer.total_training_steps={setup.steps}",
+        f"optim.weight_decay={WEIGHT_DECAY}",
+        f"optim.lr_warmup_steps_ratio={WARMUP_STEPS_RATIO}",
+        f"optim.clip_grad={CLIP_GRAD}",
+        f"optim.betas=[{ADAM_BETAS[0]},{ADAM_BETAS[1]}]",
+        "optim.lr_scheduler=cosine",
+        "bt.margin_mode=none",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "model.enable_gradient_checkpointing=false",
+        "trainer.logger=[console,file]",
+        "trainer.device=cpu",
+        "launch.export_dir=none",
+    ]
+
+
 def run_bt_trainer(setup: Setup, strategy: str, train_file: Path, val_file: Path, work: Path) -> list[dict]:
     save_dir = work / f"bt_trainer_{strategy}"
     env = {**os.environ, **launcher_knobs(setup, strategy, train_file, val_file, save_dir)}
-    betas = f"optim.betas=[{ADAM_BETAS[0]},{ADAM_BETAS[1]}]"  # no knob of its own: a Hydra override
-    result = subprocess.run(["bash", str(LAUNCHER), betas], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    command = ["bash", str(LAUNCHER), *launcher_settings(setup)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{LAUNCHER.name} failed ({result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}")
     return steps_from_metrics_file(save_dir / "launch" / "metrics.jsonl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 import signal
@@ -151,9 +152,7 @@ def test_concurrent_requests_each_get_their_own_score(server, tiny_scalar_judge_
     requests = varied_requests(40)
     expected = unbatched_rewards(tiny_scalar_judge_dir, requests)
     ordered = sorted(expected.values())
-    assert min(b - a for a, b in zip(ordered, ordered[1:], strict=True)) > 1e-5, (
-        "the test needs distinguishable rewards"
-    )
+    assert min(b - a for a, b in itertools.pairwise(ordered)) > 1e-5, "the test needs distinguishable rewards"
     random.Random(1).shuffle(requests)
     responses = asyncio.run(post_concurrently(server.url, "/judge", requests))
     for request, response in zip(requests, responses, strict=True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def build_rigged_generative_judge(tiny_model_dir, out_dir):
             layer.mlp.down_proj.weight.zero_()
         model.model.embed_tokens.weight.zero_()
         model.lm_head.weight.zero_()
-        for position, (token, successor) in enumerate(zip(chain, chain[1:], strict=True)):
+        for position, (token, successor) in enumerate(itertools.pairwise(chain)):
             model.model.embed_tokens.weight[token, position] = 1.0
             model.lm_head.weight[successor, position] = 10.0
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -114,6 +115,10 @@ def test_length_groups_keep_short_texts_away_from_long_ones():
 
 def test_length_groups_with_no_padding_allowed_split_every_length():
     assert length_groups([5, 5, 6], max_padding_fraction=0.0) == [[0, 1], [2]]
+
+
+def test_length_groups_hold_at_most_max_group_size_texts():
+    assert length_groups([7, 7, 7, 7, 7], max_padding_fraction=0.25, max_group_size=2) == [[0, 1], [2, 3], [4]]
 
 
 # ---- dynamic batcher -----------------------------------------------------------------------------------
@@ -214,7 +219,8 @@ def test_a_pairwise_generative_judge_is_refused_with_the_reason(tiny_model_dir, 
 
 def test_the_readme_documents_every_flag():
     import serving
-    from serving.config import HttpConfig, add_arguments
+    from judge_rewards.settings import add_arguments
+    from serving.config import HttpConfig
     from serving.ray_serve import RayConfig
 
     readme = (Path(serving.__file__).parent / "README.md").read_text()
@@ -224,23 +230,3 @@ def test_the_readme_documents_every_flag():
         add_arguments(parser, config_class)
         flags |= {option for action in parser._actions for option in action.option_strings}
     assert {flag for flag in flags if f"`{flag}`" not in readme} == set()
-
-
-def test_the_scalar_judges_4d_mask_gives_transformers_own_rewards(tiny_scalar_judge_dir):
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from serving.judges.hf import right_padded_causal_mask
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_scalar_judge_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_scalar_judge_dir).eval()
-    batch = tokenizer(
-        ["a short answer", "a much longer answer that needs padding on the others"], padding=True, return_tensors="pt"
-    )
-    assert not batch["attention_mask"].all()  # the batch really is padded
-    with torch.inference_mode():
-        own = model(**batch).logits
-        ours = model(
-            input_ids=batch["input_ids"], attention_mask=right_padded_causal_mask(batch["attention_mask"])
-        ).logits
-    assert torch.allclose(own, ours, atol=1e-6)

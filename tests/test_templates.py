@@ -99,6 +99,17 @@ def test_conversation_messages_and_validation():
         t.as_messages([{"role": "robot", "content": "x"}])
 
 
+def test_conversation_token_ids_are_the_chat_template_text_without_added_tokens(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    conversations = [t.conversation_messages("q", "a"), t.conversation_messages("a longer question", "its answer")]
+    ids = t.conversation_token_ids(tokenizer, conversations)
+    texts = [tokenizer.decode(one) for one in ids]
+    assert texts == [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
+    assert texts[0].rstrip().endswith("a<|im_end|>")  # no generation prompt: the reward is read at the turn's end
+
+
 def test_normalized_score():
     assert [t.normalized_score(s) for s in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
 

@@ -21,25 +21,27 @@ worker; its head bias, absent here, initialises to zero) and vLLM's classify run
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import logging
 import re
 import shutil
 import statistics
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.distributed.tensor import DTensor
 
 from judge_rewards.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
+from judge_rewards.settings import REQUIRED, Command, option, parse_command
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 HF_SUBDIR = "huggingface"  # where verl's checkpoint manager saves the config and tokenizer
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-SCORING_BATCH_SIZE = 8
+SCORING_BATCH_SIZE = 8  # most sequences per forward pass of the calibration
+SCORING_MAX_PADDING_FRACTION = 0.25  # most padding per forward pass (the judge server's default)
 # A model that is not a judge (an RL policy) gets no judge.json, which would tell the judge server to serve
 # it as one; what it was trained with goes here instead.
 EXPORT_RECORD_FILE = "export.json"
@@ -225,33 +227,12 @@ def export_causal_lm(
 # --- scalar (Bradley-Terry) --------------------------------------------------------------------------
 
 
-def scalar_rewards(
-    model, sequences: Sequence[Sequence[int]], pad_token_id: int, batch_size: int = SCORING_BATCH_SIZE
-) -> list[float]:
-    """Rewards of token sequences, batched by similar length and right-padded with the pad token."""
-    device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    rewards = [0.0] * len(sequences)
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        length = max(len(sequences[i]) for i in indices)
-        input_ids = torch.full((len(indices), length), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, index in enumerate(indices):
-            input_ids[row, : len(sequences[index])] = torch.as_tensor(sequences[index])
-            attention_mask[row, : len(sequences[index])] = 1
-        with torch.inference_mode():
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
-        for index, reward in zip(indices, logits[:, 0].float().tolist(), strict=True):
-            rewards[index] = reward
-    return rewards
-
-
-def validation_summary(model_dir: Path, val_file: str, max_length: int, truncation: str) -> dict:
-    """Rewards of the exported model on the validation pairs, tokenized as in training: their mean and std
-    (the judge's reward_center / reward_scale) and the pairs' accuracy and Bradley-Terry loss."""
+def validation_rewards(model_dir: Path, val_file: str, max_length: int, truncation: str):
+    """The validation pairs (a PairDataset), tokenized as in training, and the exported model's rewards of
+    their sequences: pair 0's chosen and rejected, then pair 1's, and so on."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from serving.judges.scalar_model import sequence_rewards
     from training.bt_trainer import PairDataConfig, PairDataset
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -259,7 +240,15 @@ def validation_summary(model_dir: Path, val_file: str, max_length: int, truncati
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype="auto").to(device).eval()
     sequences = [ids for chosen, rejected, _ in pairs.pairs for ids in (chosen, rejected)]
-    rewards = scalar_rewards(model, sequences, tokenizer.pad_token_id)
+    rewards = sequence_rewards(
+        model, sequences, tokenizer.pad_token_id, SCORING_MAX_PADDING_FRACTION, max_batch_size=SCORING_BATCH_SIZE
+    )
+    return pairs, rewards
+
+
+def validation_summary(pairs, rewards: list[float]) -> dict:
+    """The validation rewards' mean and std (the judge's reward_center / reward_scale) and the pairs'
+    accuracy and Bradley-Terry loss; `pairs` and `rewards` as validation_rewards returns them."""
     gaps = torch.tensor(rewards[0::2]) - torch.tensor(rewards[1::2])
     return {
         "reward_center": statistics.fmean(rewards),
@@ -297,7 +286,7 @@ def export_scalar_judge(
     staging = _staging_dir(out_dir)
     _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForSequenceClassification, staging)
     tokenizer.save_pretrained(staging)
-    summary = validation_summary(staging, val_file, max_length, truncation)
+    summary = validation_summary(*validation_rewards(staging, val_file, max_length, truncation))
     if not summary["reward_scale"] > 0:
         raise ValueError(
             f"every validation reward is {summary['reward_center']}: the model does not tell responses apart"
@@ -316,68 +305,109 @@ def export_scalar_judge(
 # --- command line ------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@dataclass(frozen=True)
+class ExportPaths:
+    """The checkpoint to export, where the model goes, and in which dtype."""
+
+    checkpoint: str = option(
+        REQUIRED, "global_step_N folder, a PPO step folder, or a run's save folder (latest step)", positional=True
     )
-    subparsers = parser.add_subparsers(dest="kind", required=True)
-    for kind, help_text in (
-        ("causal-lm", "SFT or PPO actor checkpoint -> causal LM (generative judge)"),
-        ("scalar", "Bradley-Terry checkpoint -> sequence classification (scalar judge)"),
-    ):
-        sub = subparsers.add_parser(kind, help=help_text)
-        sub.add_argument(
-            "checkpoint", help="global_step_N folder, a PPO step folder, or a run's save folder (latest step)"
-        )
-        sub.add_argument("out", help="output folder (replaced if it holds an earlier export)")
-        sub.add_argument("--dtype", choices=sorted(DTYPES), help="weights dtype (default: as saved in the checkpoint)")
-        sub.add_argument(
-            "--recipe", help="recorded in trained_with (judge.json or export.json), e.g. sft, bradley-terry"
-        )
-        sub.add_argument("--base-model", help="recorded in trained_with")
-        sub.add_argument("--train-file", help="recorded in trained_with")
-    subparsers.choices["causal-lm"].add_argument(
-        "--prompt-format",
+    out: str = option(REQUIRED, "output folder (replaced if it holds an earlier export)", positional=True)
+    dtype: str | None = option(None, "weights dtype (default: as saved in the checkpoint)", choices=sorted(DTYPES))
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """How the model was trained, recorded in trained_with."""
+
+    recipe: str | None = option(None, "recorded in trained_with (judge.json or export.json), e.g. sft, bradley-terry")
+    base_model: str | None = option(None, "recorded in trained_with")
+    train_file: str | None = option(None, "recorded in trained_with")
+
+    def trained_with(self) -> dict:
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True)
+class CausalLmOptions:
+    """The template a generative judge was trained on, or a model that is not a judge."""
+
+    prompt_format: str = option(
+        "pointwise",
+        f"the judge template the model was trained on, recorded in {SPEC_FILE} (GRPO pairwise: pairwise)",
         choices=PROMPT_FORMATS,
-        default="pointwise",
-        help=f"the judge template the model was trained on, recorded in {SPEC_FILE} (GRPO pairwise: pairwise)",
     )
-    subparsers.choices["causal-lm"].add_argument(
-        "--not-a-judge",
-        action="store_true",
-        help=f"the model is not a judge (e.g. an RL policy): no {SPEC_FILE}, its record goes to {EXPORT_RECORD_FILE}",
+    not_a_judge: bool = option(
+        False,
+        f"the model is not a judge (e.g. an RL policy): no {SPEC_FILE}, its record goes to {EXPORT_RECORD_FILE}",
     )
-    scalar = subparsers.choices["scalar"]
-    scalar.add_argument("--val-file", required=True, help="validation pairs: reward_center / reward_scale and accuracy")
-    scalar.add_argument("--max-length", type=int, default=4096, help="as in training (data.max_length)")
-    scalar.add_argument("--truncation", default="left", choices=["left", "right", "error"], help="as in training")
-    return parser
+
+
+@dataclass(frozen=True)
+class ScalarOptions:
+    """The validation pairs that calibrate a scalar judge, tokenized as in training."""
+
+    val_file: str = option(REQUIRED, "validation pairs: reward_center / reward_scale and accuracy")
+    max_length: int = option(4096, "as in training (data.max_length)")
+    truncation: str = option("left", "as in training", choices=("left", "right", "error"))
+
+
+def run_causal_lm(paths: ExportPaths, record: TrainingRecord, options: CausalLmOptions) -> None:
+    out = export_causal_lm(
+        paths.checkpoint,
+        paths.out,
+        paths.dtype,
+        record.trained_with(),
+        as_judge=not options.not_a_judge,
+        prompt_format=options.prompt_format,
+    )
+    if options.not_a_judge:
+        _print_export("causal-lm model", out / EXPORT_RECORD_FILE)
+    else:
+        _print_export("causal-lm judge", out / SPEC_FILE)
+
+
+def run_scalar(paths: ExportPaths, record: TrainingRecord, options: ScalarOptions) -> None:
+    out = export_scalar_judge(
+        paths.checkpoint,
+        paths.out,
+        options.val_file,
+        options.max_length,
+        options.truncation,
+        paths.dtype,
+        record.trained_with(),
+    )
+    _print_export("scalar judge", out / SPEC_FILE)
+
+
+def _print_export(what: str, record_file: Path) -> None:
+    print(f"exported {what} to {record_file.parent}")
+    print(record_file.read_text(), end="")
+
+
+COMMANDS = (
+    Command(
+        "causal-lm",
+        "SFT or PPO actor checkpoint -> causal LM (generative judge)",
+        (ExportPaths, TrainingRecord, CausalLmOptions),
+        run_causal_lm,
+    ),
+    Command(
+        "scalar",
+        "Bradley-Terry checkpoint -> sequence classification (scalar judge)",
+        (ExportPaths, TrainingRecord, ScalarOptions),
+        run_scalar,
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
-    recorded = {"recipe": args.recipe, "base_model": args.base_model, "train_file": args.train_file}
-    trained_with = {key: value for key, value in recorded.items() if value is not None}
+    command, configs = parse_command("python -m training.export", __doc__, COMMANDS, argv)
     try:
-        if args.kind == "scalar":
-            out = export_scalar_judge(
-                args.checkpoint, args.out, args.val_file, args.max_length, args.truncation, args.dtype, trained_with
-            )
-        else:
-            out = export_causal_lm(
-                args.checkpoint,
-                args.out,
-                args.dtype,
-                trained_with,
-                as_judge=not args.not_a_judge,
-                prompt_format=args.prompt_format,
-            )
+        command.run(*configs)
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         raise SystemExit(f"export: {err}") from err
-    not_a_judge = getattr(args, "not_a_judge", False)
-    print(f"exported {args.kind} {'model' if not_a_judge else 'judge'} to {out}")
-    print((out / (EXPORT_RECORD_FILE if not_a_judge else SPEC_FILE)).read_text(), end="")
 
 
 if __name__ == "__main__":

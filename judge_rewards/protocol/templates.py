@@ -64,6 +64,14 @@ def conversation_messages(prompt: Conversation, completion: str) -> list[Message
     return as_messages(prompt) + [{"role": "assistant", "content": completion}]
 
 
+def conversation_token_ids(tokenizer, conversations: Sequence[Sequence[Message]]) -> list[list[int]]:
+    """Token ids of conversations as a scalar judge reads them, in training and in serving alike: the chat
+    template's text, tokenized without added special tokens (the template holds them). `tokenizer` is a
+    Hugging Face tokenizer, passed in so that this module needs nothing beyond the standard library."""
+    texts = [tokenizer.apply_chat_template(list(messages), tokenize=False) for messages in conversations]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
 def render_transcript(messages: Sequence[Message]) -> str:
     """Messages as a readable transcript embedded in a judge prompt."""
     return "\n\n".join(f"[{_ROLE_NAMES[m['role']]}]\n{m['content']}" for m in messages)

@@ -67,26 +67,17 @@ def fingerprint(model_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def right_padded_causal_mask(padding_mask):
-    """The (batch, 1, length, length) boolean mask of a right-padded batch: causal, and no padded keys.
-    Given such a 4D mask, transformers uses it as it is; from the 2D padding mask it would build the same
-    one through torch.vmap, which costs tens of milliseconds per forward on this stack (torch 2.13's
-    pytree flattening), more than a small judge's whole forward pass."""
-    import torch
-
-    length = padding_mask.shape[-1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=padding_mask.device).tril()
-    return causal[None, None] & padding_mask.bool()[:, None, None, :]
-
-
 def encode_checked(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], list[Verdict | None]]:
-    """Token ids of `texts` (their chat template already holds the special tokens), and an error verdict
-    for each text longer than `max_tokens` (None for the others)."""
+    """Token ids of `texts` (their chat template already holds the special tokens), and their length_verdicts."""
     encodings = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    errors = [
+    return encodings, length_verdicts(encodings, max_tokens)
+
+
+def length_verdicts(encodings: Sequence[Sequence[int]], max_tokens: int) -> list[Verdict | None]:
+    """An error verdict for each judge input longer than `max_tokens`, None for the others."""
+    return [
         Verdict.failed(f"judge input is {len(ids)} tokens, longer than --max-input-tokens {max_tokens}")
         if len(ids) > max_tokens
         else None
         for ids in encodings
     ]
-    return encodings, errors

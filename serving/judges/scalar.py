@@ -10,16 +10,14 @@ from judge_rewards.protocol import templates
 from judge_rewards.protocol.judge_spec import JudgeSpec
 
 from ..config import JudgeConfig
-from . import hf
-from .base import Judge, JudgeItem, Verdict, length_groups
+from . import hf, scalar_model
+from .base import Judge, JudgeItem, Verdict
 
 
 class ScalarJudge(Judge):
     def __init__(self, config: JudgeConfig, spec: JudgeSpec):
-        import torch
         from transformers import AutoModelForSequenceClassification
 
-        self._torch = torch
         self._config = config
         self._spec = spec
         self.identity = hf.identity(config, "scalar")
@@ -49,31 +47,25 @@ class ScalarJudge(Judge):
                 f"tokenizer's {self._tokenizer.pad_token_id}"
             )
 
-    def input_text(self, item: JudgeItem) -> str:
-        messages = templates.conversation_messages(item.prompt, item.completion)
-        return self._tokenizer.apply_chat_template(messages, tokenize=False)
+    def input_ids(self, items: Sequence[JudgeItem]) -> list[list[int]]:
+        """The token ids the judge reads for each item, exactly as its Bradley-Terry training read its pairs."""
+        conversations = [templates.conversation_messages(item.prompt, item.completion) for item in items]
+        return templates.conversation_token_ids(self._tokenizer, conversations)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        encodings, verdicts = hf.encode_checked(
-            self._tokenizer, [self.input_text(i) for i in items], self._config.max_input_tokens
-        )
+        encodings = self.input_ids(items)
+        verdicts = hf.length_verdicts(encodings, self._config.max_input_tokens)
+        pad_token_id = self._tokenizer.pad_token_id
         for index, ids in enumerate(encodings):
-            if verdicts[index] is None and ids[-1] == self._tokenizer.pad_token_id:
+            if verdicts[index] is None and ids[-1] == pad_token_id:
                 verdicts[index] = Verdict.failed("the judge input ends with the pad token; its reward cannot be read")
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        for group in length_groups([len(encodings[i]) for i in readable], self._config.max_padding_fraction):
-            indices = [readable[g] for g in group]
-            rewards = self._rewards([encodings[i] for i in indices])
-            for index, reward in zip(indices, rewards, strict=True):
-                verdicts[index] = self._verdict(reward, len(encodings[index]))
+        rewards = scalar_model.sequence_rewards(
+            self._model, [encodings[i] for i in readable], pad_token_id, self._config.max_padding_fraction
+        )
+        for index, reward in zip(readable, rewards, strict=True):
+            verdicts[index] = self._verdict(reward, len(encodings[index]))
         return verdicts
-
-    def _rewards(self, sequences: list[list[int]]) -> list[float]:
-        batch = self._tokenizer.pad({"input_ids": sequences}, return_tensors="pt").to(self._device)
-        with self._torch.inference_mode():
-            attention_mask = hf.right_padded_causal_mask(batch["attention_mask"])
-            logits = self._model(input_ids=batch["input_ids"], attention_mask=attention_mask).logits
-        return logits[:, 0].float().tolist()
 
     def _verdict(self, reward: float, input_tokens: int) -> Verdict:
         if not math.isfinite(reward):
