@@ -1,4 +1,5 @@
-"""Running the recipe launchers through bash, as a user does, and reading what they log."""
+"""Running the recipe launchers, through bash as a user does or through their Python core, and reading what
+they log."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
 from tests.conftest import REPO_ROOT
+from training.launch.core import Composition, compose_launch, launch, parse_arguments
+from training.launch.registry import RECIPES as LAUNCH_RECIPES
+from training.launch.script import read_launcher_script
 
 RECIPES = REPO_ROOT / "cookbooks" / "training_judge_model"
 SFT_LAUNCHER = RECIPES / "sft" / "run_sft_rm.sh"
@@ -63,6 +68,26 @@ def run_launcher(
         text=True,
         timeout=timeout,
     )
+
+
+def knob_arguments(script: Path, environ: Mapping[str, str]) -> list[str]:
+    """What the launcher's command passes for its knobs: `key=value`, value as bash's ${NAME:-default} gives it."""
+    return [f"{knob.key}={environ.get(knob.name) or knob.default}" for knob in read_launcher_script(script).knobs]
+
+
+def launch_in_process(script: Path, *args: str, **knobs) -> int:
+    """The launcher's `exec python -m training.launch ...`, run in this process (no bash, no new interpreter)."""
+    env = launcher_env(**knobs)
+    recipe = read_launcher_script(script).recipe
+    return launch([recipe, str(script), *knob_arguments(script, env), *args], LAUNCH_RECIPES, env)
+
+
+def composed(script: Path, *args: str, **knobs) -> Composition:
+    """The final config a launcher call would run, with the source of each value."""
+    env = launcher_env(**knobs)
+    launcher = read_launcher_script(script)
+    recipe = LAUNCH_RECIPES[launcher.recipe]
+    return compose_launch(recipe, launcher.knobs, knob_arguments(script, env), parse_arguments(list(args)), env)
 
 
 def logged_metrics(log_text: str) -> dict[int, dict[str, float]]:

@@ -2,33 +2,31 @@
 (offline data, base model, verl BT training + export, judge server, JudgeRewardSystem, evaluation)."""
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.launcher_helpers import launcher_env
 
 pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
     demo_dir = tmp_path / "demo"
-    env = {
-        **os.environ,
-        "DEMO_DIR": str(demo_dir),
-        "BASE_MODEL": "tiny",
-        "TOTAL_TRAINING_STEPS": "2",
-        "TRAIN_BATCH_SIZE": "4",
-        "MICRO_BATCH_SIZE": "2",
-        "MAX_LENGTH": "128",
-        "OMP_NUM_THREADS": "1",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    env = launcher_env(DEMO_DIR=demo_dir, BASE_MODEL="tiny")
+    bt_settings = [
+        "trainer.total_training_steps=2",
+        "data.train_batch_size=4",
+        "data.micro_batch_size_per_gpu=2",
+        "data.max_length=128",
+    ]
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / "cookbooks/demo/run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
+        ["bash", str(REPO_ROOT / "cookbooks/demo/run_demo.sh"), *bt_settings],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -37,6 +35,8 @@ def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
     assert "batched_fraction=1.0" in result.stdout and "circuit=closed" in result.stdout
 
     assert (demo_dir / "bt/hf/judge.json").is_file()
+    assert "(environment) overrides" not in result.stderr  # the demo's own settings are arguments, not knobs
+    assert (demo_dir / "bt/launch/train.log").is_file()
     evaluation = json.loads((demo_dir / "eval/results.json").read_text())
     assert evaluation["rows"] == 100 and evaluation["failed_rows"] == 0
     assert 0.0 <= evaluation["score"] <= 1.0 and evaluation["judge"]["kind"] == "scalar"

@@ -1,7 +1,8 @@
 """The Bradley-Terry recipe end to end, through bash, on the tiny model (CPU mode).
 
 One module fixture runs the launcher three times on arithmetic pairs (right answer vs "I do not know."):
-  a: 2 processes, FSDP2, 4 steps, a checkpoint every 2 steps, exported at the end;
+  a: 2 processes, FSDP2, 4 steps, a checkpoint every 2 steps, max_length 512 given as an override (not the
+     knob), exported at the end;
   b: a new run folder holding only a's step-2 checkpoint: the launcher resumes there and runs steps 3-4;
   c: 1 process, FSDP1, the margin-scaled loss, exported at the end.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from tests.launcher_helpers import BT_LAUNCHER, judge_spec, logged_metrics, run_launcher, write_pair_files
 
@@ -34,8 +36,8 @@ class Run:
         return logged_metrics(self.log)
 
 
-def launch(save_dir: Path, **knobs) -> Run:
-    result = run_launcher(BT_LAUNCHER, SAVE_DIR=save_dir, **knobs)
+def launch(save_dir: Path, *overrides: str, **knobs) -> Run:
+    result = run_launcher(BT_LAUNCHER, f"trainer.total_training_steps={STEPS}", *overrides, SAVE_DIR=save_dir, **knobs)
     assert result.returncode == 0, (result.stdout + result.stderr)[-2500:]
     return Run(save_dir, result.stdout)
 
@@ -57,14 +59,13 @@ def runs(tiny_model_dir, pair_files, tmp_path_factory) -> dict[str, Run]:
         MICRO_BATCH_SIZE=2,
         LR="1e-3",
         TOTAL_EPOCHS=1,
-        TOTAL_TRAINING_STEPS=STEPS,
     )
-    a = launch(root / "a", N_GPUS_PER_NODE=2, SAVE_FREQ=2, **common)
+    a = launch(root / "a", "trainer.save_freq=2", "data.max_length=512", N_GPUS_PER_NODE=2, **common)
     (root / "b").mkdir()
     shutil.copytree(root / "a" / "global_step_2", root / "b" / "global_step_2")
     (root / "b" / "latest_checkpointed_iteration.txt").write_text("2")
-    b = launch(root / "b", N_GPUS_PER_NODE=2, EXPORT_DIR="none", **common)
-    c = launch(root / "c", N_GPUS_PER_NODE=1, STRATEGY="fsdp", MARGIN_MODE="scaled", **common)
+    b = launch(root / "b", "data.max_length=512", "launch.export_dir=none", N_GPUS_PER_NODE=2, **common)
+    c = launch(root / "c", "bt.margin_mode=scaled", N_GPUS_PER_NODE=1, STRATEGY="fsdp", **common)
     return {"a": a, "b": b, "c": c}
 
 
@@ -92,12 +93,20 @@ def test_a_resumed_run_continues_where_it_stopped(runs):
 
 
 def test_the_run_folder_has_snapshot_log_and_checkpoints(runs):
+    """The trainer read the snapshot (the override's max_length included) and the export used the same values."""
     save_dir = runs["a"].save_dir
-    knobs = (save_dir / "launch" / "knobs.env").read_text()
-    assert "MICRO_BATCH_SIZE=2" in knobs and "MARGIN_MODE=none" in knobs
-    command = (save_dir / "launch" / "command.sh").read_text()
-    assert "data.micro_batch_size_per_gpu=2" in command and "training.export scalar" in command
-    assert "val/accuracy" in (save_dir / "launch" / "train.log").read_text()
+    snapshot = save_dir / "launch"
+    config = yaml.safe_load((snapshot / "config.yaml").read_text())
+    assert config["data"]["micro_batch_size_per_gpu"] == 2 and config["data"]["max_length"] == 512
+    assert config["bt"]["margin_mode"] == "none" and "launch" not in config
+    sources = yaml.safe_load((snapshot / "sources.yaml").read_text())
+    assert sources["data.micro_batch_size_per_gpu"] == {"value": 2, "source": "environment (MICRO_BATCH_SIZE)"}
+    assert sources["data.max_length"] == {"value": 512, "source": "command line"}
+    command = (snapshot / "command.sh").read_text()
+    assert f"--config-path {snapshot} --config-name config" in command
+    assert "training.export scalar" in command and "--max-length 512 --truncation left" in command
+    log = (snapshot / "train.log").read_text()
+    assert "val/accuracy" in log and log.count("===== ") == 1
     assert {"global_step_2", "global_step_4"} <= {p.name for p in save_dir.iterdir()}
 
 

@@ -8,20 +8,15 @@ answers that parse and answers that do not: rewards differ within a group and ad
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import httpx
 import pandas as pd
 import pytest
+import yaml
 
 from judge_rewards.grpo_rewards import REWARD_KEYS
 from tests.grpo_recipe import (
@@ -30,12 +25,14 @@ from tests.grpo_recipe import (
     GRPO_DIR,
     LAUNCHERS,
     judge_sft_rows,
+    kill_group,
     launcher_env,
     processes_mentioning,
+    ray_head,
     write_rl_data,
 )
 from tests.launcher_helpers import logged_metrics
-from tests.support.servers import free_port, start_server
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -56,14 +53,9 @@ def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
     try:
         output, _ = process.communicate(timeout=LAUNCHER_TIMEOUT_S)
     finally:
-        _kill_group(process.pid)
+        kill_group(process.pid)
     assert process.returncode == 0, output[-6000:]
     return output
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -89,62 +81,18 @@ def warm_judge(tiny_model_dir, tmp_path_factory) -> Path:
         MICRO_BATCH_SIZE=8,
         MAX_LENGTH=160,
         TOTAL_EPOCHS=6,
-        LR="1e-2",
-        GRADIENT_CHECKPOINTING="false",
     )
-    run_bash(COOKBOOK / "sft" / "run_sft_rm.sh", env=env, cwd=COOKBOOK / "sft")
+    settings = ["optim.lr=1e-2", "model.enable_gradient_checkpointing=false"]
+    run_bash(COOKBOOK / "sft" / "run_sft_rm.sh", *settings, env=env, cwd=COOKBOOK / "sft")
     return directory / "sft" / "hf"
 
 
 @pytest.fixture
 def ray_cluster(ray_tmpdir):
-    """`ray start --head` on loopback, shaped like the README's CPU cluster: 1 logical GPU + `cpu`."""
-    dashboard = f"http://127.0.0.1:{free_port()}"
-    ports = {
-        "--port": free_port(),
-        "--dashboard-port": dashboard.rsplit(":", 1)[1],
-        "--dashboard-agent-listen-port": free_port(),
-        "--ray-client-server-port": free_port(),
-    }
-    command = [
-        "ray",
-        "start",
-        "--head",
-        "--block",
-        "--dashboard-host=127.0.0.1",
-        "--num-cpus=4",
-        "--num-gpus=1",
-        '--resources={"cpu": 1}',
-        f"--temp-dir={ray_tmpdir}/cluster",
-        "--disable-usage-stats",
-        *(f"{flag}={port}" for flag, port in ports.items()),
-    ]
-    cluster = subprocess.Popen(
-        command, env=launcher_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        _wait_for_dashboard(dashboard, cluster)
+    """`ray start --head` on loopback, declaring what a CPU-mode run asks for (the launcher checks it before it
+    submits): 1 logical GPU and the `cpu` resource, as the README's CPU cluster."""
+    with ray_head(ray_tmpdir, "--num-cpus=4", "--num-gpus=1", '--resources={"cpu": 1}') as dashboard:
         yield dashboard
-    finally:
-        cluster.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
-        try:
-            cluster.wait(60)
-        finally:
-            _kill_group(cluster.pid)
-
-
-def _wait_for_dashboard(address: str, cluster: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert cluster.poll() is None, "ray start exited"
-        try:
-            urllib.request.urlopen(f"{address}/api/version", timeout=2)
-            return
-        except urllib.error.HTTPError:  # 401: token authentication, but it answers
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"no Ray dashboard at {address} after {timeout_s} s")
 
 
 def run_recipe(mode: str, tmp_path: Path, model: Path, ray_tmpdir: str, **knobs) -> tuple[Path, str]:
@@ -153,7 +101,7 @@ def run_recipe(mode: str, tmp_path: Path, model: Path, ray_tmpdir: str, **knobs)
     env = launcher_env(
         MODEL_PATH=model, TRAIN_FILE=train, VAL_FILE=val, SAVE_DIR=save_dir, RAY_TMPDIR=ray_tmpdir, **knobs
     )
-    output = run_bash(GRPO_DIR / LAUNCHERS[mode], "--config", "configs/cpu_tiny.env", env=env, cwd=GRPO_DIR)
+    output = run_bash(LAUNCHERS[mode], "--config", "configs/cpu_tiny.yaml", env=env, cwd=GRPO_DIR)
     return save_dir, output
 
 
@@ -183,6 +131,8 @@ def assert_checkpoint_and_export(save_dir: Path, mode: str) -> Path:
 def test_pointwise_runs_on_a_local_ray_exports_and_serves(warm_judge, tmp_path, ray_tmpdir):
     save_dir, output = run_recipe("pointwise", tmp_path, warm_judge, ray_tmpdir, RAY_MODE="local")
     assert "+ray_kwargs.ray_init.address=local" in output
+    snapshot = yaml.safe_load((save_dir / "launch" / "config.yaml").read_text())
+    assert snapshot["actor_rollout_ref"]["rollout"]["name"] == "hf" and "launch" not in snapshot
     assert_trained_with_our_rewards(save_dir)
     export = assert_checkpoint_and_export(save_dir, "pointwise")
 

@@ -1,77 +1,87 @@
-"""The GRPO launchers without training: every knob reaches the command, the GPU path uses vLLM, the Ray
-rule (submit / local) holds, bad inputs stop with a message naming the knob. Each case is a real
-`bash .../run_*.sh --dry-run`."""
+"""The GRPO judge launchers without training: every knob reaches the final config, the GPU path uses vLLM, CPU mode
+its overrides, the Ray rule (submit / local) holds, a submission is refused before it starts when the cluster
+lacks what the run asks for, bad settings stop with a message naming the key and its knob whichever layer gave
+them, and the export gets the values the training used. --help and --dry-run go through bash; the rest drives
+the launchers' Python side in process (tests.grpo_recipe.launch_in_python), which is what bash execs."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
+import tempfile
 import threading
 
 import pytest
+import yaml
+from omegaconf import OmegaConf
 
 from tests.conftest import REPO_ROOT
-from tests.grpo_recipe import GRPO_DIR, REWARD_FUNCTIONS, dry_run_commands, launcher_env, run_launcher
+from tests.grpo_recipe import (
+    GRPO_DIR,
+    LAUNCHERS,
+    REWARD_FUNCTIONS,
+    dry_run_commands,
+    launch_error,
+    launch_in_python,
+    launcher_env,
+    ray_head,
+    run_launcher,
+    stand_in_dashboard,
+)
+from training.launch.grpo import AT_THE_END_ONLY
 
 CPU_SITE = str(REPO_ROOT / "training" / "cpu_site")
-AT_THE_END_ONLY = "2147483647"
+ROLLOUT = "actor_rollout_ref.rollout"
+ACTOR = "actor_rollout_ref.actor"
 
 
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory):
     directory = tmp_path_factory.mktemp("grpo_dry_run")
     for name in ("train.parquet", "val.parquet"):
-        (directory / name).write_bytes(b"")  # a dry run only checks that the files exist
+        (directory / name).write_bytes(b"")  # a launch without training only checks that the files exist
     return {"TRAIN_FILE": directory / "train.parquet", "VAL_FILE": directory / "val.parquet"}
 
 
-def dry_run(mode="pointwise", *args, **knobs):
-    return run_launcher(mode, "--dry-run", *args, env=launcher_env(**knobs))
+def value(launch, key):
+    return OmegaConf.select(launch.config, key)
 
 
-def trainer_and_export(data_files, mode="pointwise", *args, **knobs):
-    commands = dry_run_commands(dry_run(mode, *args, **{**data_files, **knobs}))
-    trainer = commands[0]
-    return trainer, (commands[1] if len(commands) > 1 else None)
+def gpu_launch(data_files, monkeypatch, *args, mode="pointwise", **knobs):
+    """A launch as on a GPU machine (trainer.device=cuda), on a private local Ray unless told otherwise."""
+    env = launcher_env(**{"RAY_MODE": "local", **data_files, **knobs})
+    return launch_in_python(mode, "trainer.device=cuda", *args, env=env, monkeypatch=monkeypatch)
 
 
-def overrides(command: list[str]) -> dict[str, str]:
-    return dict(arg.split("=", 1) for arg in command if "=" in arg and not arg.startswith("-"))
+def cpu_launch(data_files, monkeypatch, *args, mode="pointwise", **knobs):
+    env = launcher_env(**{"RAY_MODE": "local", **data_files, **knobs})
+    return launch_in_python(mode, "trainer.device=cpu", *args, env=env, monkeypatch=monkeypatch)
 
 
-def test_gpu_dry_run_prints_the_vllm_overrides(data_files):
-    trainer, export = trainer_and_export(data_files, DEVICE="cuda", RAY_MODE="submit")
-    values = overrides(trainer)
-    assert values["actor_rollout_ref.rollout.name"] == "vllm"
-    assert values["actor_rollout_ref.rollout.mode"] == "sync"
-    assert values["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
-    assert values["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
-    assert values["actor_rollout_ref.model.use_remove_padding"] == "true"
-    assert values["trainer.device"] == "cuda"
-    assert not any("ray_kwargs" in key or "override_config" in key for key in values)
-    runtime_env = json.loads(trainer[trainer.index("--runtime-env-json") + 1])
-    assert runtime_env["env_vars"]["PYTHONPATH"] == str(REPO_ROOT)  # no CPU fixes on GPUs
-    assert export[export.index("--dtype") + 1] == "bf16"
+# --- a stand-in Ray dashboard: what a submission is checked against ---------------------------------------------
 
 
-def test_seed_defaults(data_files):
-    trainer, _ = trainer_and_export(data_files, DEVICE="cuda", RAY_MODE="submit")
-    values = overrides(trainer)
-    assert trainer[trainer.index("--address") + 1] == "http://127.0.0.1:8265"
-    assert values["actor_rollout_ref.model.path"] == "Qwen/Qwen3-8B"
-    assert values["trainer.n_gpus_per_node"] == "8"
-    assert values["data.train_batch_size"] == "96"
-    assert values["actor_rollout_ref.rollout.n"] == "4"
-    assert values["actor_rollout_ref.actor.kl_loss_coef"] == "0.001"
-    assert values["algorithm.adv_estimator"] == "grpo"
-    assert values["actor_rollout_ref.actor.use_kl_loss"] == "true"
-    assert values["trainer.critic_warmup"] == "0"
+@pytest.fixture
+def dashboard(request):
+    server = stand_in_dashboard(getattr(request, "param", [{"CPU": 16.0, "GPU": 8.0}]))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port_address() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+# --- through bash: --help and --dry-run ---------------------------------------------------------------------------
 
 
 def test_help_lists_the_seed_knobs_with_their_gpu_defaults():
-    result = run_launcher("pointwise", "--help", env=launcher_env(DEVICE="cuda"))
-    assert result.returncode == 0
+    result = run_launcher("pointwise", "--help", env=launcher_env())
+    assert result.returncode == 0, result.stderr
     for knob, default in [
         ("MODEL_PATH", "Qwen/Qwen3-8B"),
         ("RAY_ADDRESS", "http://127.0.0.1:8265"),
@@ -83,132 +93,22 @@ def test_help_lists_the_seed_knobs_with_their_gpu_defaults():
         assert any(line.split()[:2] == [knob, default] for line in result.stdout.splitlines()), knob
 
 
-KNOB_EFFECTS = [
-    ({"MODEL_PATH": "org/judge-base"}, {"actor_rollout_ref.model.path": "org/judge-base"}),
-    ({"NNODES": "2"}, {"trainer.nnodes": "2"}),
-    ({"N_GPUS_PER_NODE": "4"}, {"trainer.n_gpus_per_node": "4"}),
-    ({"TRAIN_BATCH_SIZE": "48"}, {"data.train_batch_size": "48"}),
-    ({"PPO_MINI_BATCH_SIZE": "12"}, {"actor_rollout_ref.actor.ppo_mini_batch_size": "12"}),
-    ({"MICRO_BATCH_SIZE": "2"}, {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2"}),
-    (
-        {"LOG_PROB_MICRO_BATCH_SIZE": "8"},
-        {
-            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "8",
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "8",
-        },
-    ),
-    ({"ROLLOUT_N": "8"}, {"actor_rollout_ref.rollout.n": "8"}),
-    ({"KL_LOSS_COEF": "0.02"}, {"actor_rollout_ref.actor.kl_loss_coef": "0.02"}),
-    ({"LR": "3e-6"}, {"actor_rollout_ref.actor.optim.lr": "3e-6"}),
-    ({"MAX_PROMPT_LENGTH": "1024"}, {"data.max_prompt_length": "1024"}),
-    ({"MAX_RESPONSE_LENGTH": "512"}, {"data.max_response_length": "512"}),
-    ({"TOTAL_EPOCHS": "3"}, {"trainer.total_epochs": "3"}),
-    ({"TOTAL_TRAINING_STEPS": "7"}, {"trainer.total_training_steps": "7"}),
-    ({"SAVE_FREQ": "10"}, {"trainer.save_freq": "10"}),
-    ({"SAVE_FREQ": "-1"}, {"trainer.save_freq": AT_THE_END_ONLY}),
-    ({"TEST_FREQ": "-1"}, {"trainer.test_freq": AT_THE_END_ONLY}),
-    ({"VAL_BEFORE_TRAIN": "true"}, {"trainer.val_before_train": "true"}),
-    ({"ROLLOUT_ENGINE": "sglang"}, {"actor_rollout_ref.rollout.name": "sglang"}),
-    ({"ROLLOUT_TP": "4"}, {"actor_rollout_ref.rollout.tensor_model_parallel_size": "4"}),
-    ({"GPU_MEMORY_UTILIZATION": "0.8"}, {"actor_rollout_ref.rollout.gpu_memory_utilization": "0.8"}),
-    (
-        {"LORA_RANK": "16", "LORA_ALPHA": "8", "LORA_TARGET_MODULES": "[q_proj,v_proj]", "EXPORT_DIR": "none"},
-        {
-            "actor_rollout_ref.model.lora_rank": "16",
-            "actor_rollout_ref.model.lora_alpha": "8",
-            "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]",
-        },
-    ),
-    ({"STRATEGY": "fsdp"}, {"actor_rollout_ref.actor.strategy": "fsdp", "actor_rollout_ref.ref.strategy": "fsdp"}),
-    ({"GRADIENT_CHECKPOINTING": "false"}, {"actor_rollout_ref.model.enable_gradient_checkpointing": "false"}),
-    (
-        {"OFFLOAD": "true"},
-        {
-            "actor_rollout_ref.actor.fsdp_config.param_offload": "true",
-            "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "true",
-        },
-    ),
-    ({"LOGGER": "[console,tensorboard]"}, {"trainer.logger": "[console,tensorboard]"}),
-    ({"PROJECT_NAME": "p1", "EXPERIMENT_NAME": "e1"}, {"trainer.project_name": "p1", "trainer.experiment_name": "e1"}),
-    (
-        {"SAVE_DIR": "/tmp/grpo-save"},
-        {"trainer.default_local_dir": "/tmp/grpo-save", "hydra.run.dir": "/tmp/grpo-save/launch/hydra"},
-    ),
-]
-
-
-@pytest.mark.parametrize("knobs, expected", KNOB_EFFECTS, ids=[",".join(k) for k, _ in KNOB_EFFECTS])
-def test_every_knob_takes_effect(data_files, knobs, expected):
-    trainer, _ = trainer_and_export(data_files, DEVICE="cuda", RAY_MODE="submit", **knobs)
-    values = overrides(trainer)
-    assert {key: values.get(key) for key in expected} == expected
-
-
-def test_lora_is_off_by_default(data_files):
-    trainer, _ = trainer_and_export(data_files, DEVICE="cuda", RAY_MODE="submit")
-    assert not any("lora" in arg for arg in trainer)
-
-
-def test_data_files_reward_and_address(data_files, tmp_path):
-    train, val = tmp_path / "t.parquet", tmp_path / "v.parquet"
-    train.write_bytes(b""), val.write_bytes(b"")
-    trainer, export = trainer_and_export(
-        data_files,
-        "pairwise",
-        DEVICE="cuda",
-        RAY_MODE="submit",
-        TRAIN_FILE=train,
-        VAL_FILE=val,
-        RAY_ADDRESS="http://10.0.0.7:8265",
-    )
-    values = overrides(trainer)
-    assert (values["data.train_files"], values["data.val_files"]) == (str(train), str(val))
-    assert values["custom_reward_function.path"] == str(REPO_ROOT / "judge_rewards" / "grpo_rewards.py")
-    assert values["custom_reward_function.name"] == REWARD_FUNCTIONS["pairwise"]
-    assert values["reward_model.reward_manager"] == "naive"
-    assert trainer[trainer.index("--address") + 1] == "http://10.0.0.7:8265"
+def test_cpu_dry_run_prints_a_local_run_on_the_snapshot_and_starts_nothing(data_files, tmp_path):
+    save_dir = tmp_path / "save"
+    env = launcher_env(RAY_MODE="local", SAVE_DIR=save_dir, **data_files)
+    trainer, export = dry_run_commands(run_launcher("pointwise", "--dry-run", "trainer.device=cpu", env=env))
+    assert trainer[trainer.index("env") :][:3] == ["env", "-u", "RAY_ADDRESS"]
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in trainer
+    start = trainer.index("python")
+    assert trainer[start : start + 7] == [
+        "python", "-m", "verl.trainer.main_ppo", "--config-path", str(save_dir / "launch"), "--config-name", "config",
+    ]  # fmt: skip
+    assert "+ray_kwargs.ray_init.address=local" in trainer
+    assert "+ray_kwargs.ray_init.include_dashboard=false" in trainer  # nothing listens on RAY_ADDRESS's port
+    assert trainer >= ["+ray_kwargs.ray_init.num_gpus=1", "+ray_kwargs.ray_init.resources={cpu:1}"]
     assert export[:4] == ["python", "-m", "training.export", "causal-lm"]
-    assert export[export.index("--recipe") + 1] == "grpo-pairwise"
-    assert export[export.index("--prompt-format") + 1] == "pairwise"  # judge.json records the template learned
-
-
-def test_export_dir_and_none(data_files, tmp_path):
-    _, export = trainer_and_export(data_files, RAY_MODE="local", EXPORT_DIR=tmp_path / "judge")
-    assert export[5] == str(tmp_path / "judge")
-    assert trainer_and_export(data_files, RAY_MODE="local", EXPORT_DIR="none")[1] is None
-
-
-def test_hydra_overrides_come_last(data_files):
-    trainer, _ = trainer_and_export(data_files, "pointwise", "trainer.total_epochs=9", RAY_MODE="local")
-    assert trainer[-1] == "trainer.total_epochs=9"
-
-
-def test_cpu_local_run_declares_logical_gpus_and_stays_on_loopback(data_files):
-    trainer, export = trainer_and_export(
-        data_files, DEVICE="cpu", RAY_MODE="local", N_GPUS_PER_NODE="2", PPO_MINI_BATCH_SIZE="24"
-    )
-    values = overrides(trainer)
-    assert trainer[:3] == ["env", "-u", "RAY_ADDRESS"]
-    assert values["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
-    assert values["PYTHONPATH"].split(":")[:2] == [str(REPO_ROOT), CPU_SITE]
-    assert values["actor_rollout_ref.rollout.name"] == "hf"
-    assert values["+ray_kwargs.ray_init.address"] == "local"
-    assert values["+ray_kwargs.ray_init.include_dashboard"] == "false"  # nothing listens on RAY_ADDRESS's port
-    assert values["+ray_kwargs.ray_init.num_gpus"] == "2"
-    assert values["+ray_kwargs.ray_init.resources"] == "{cpu:2}"
-    assert values["trainer.device"] == "cpu"
     assert export[export.index("--dtype") + 1] == "fp32"
-
-
-def test_cpu_job_carries_the_cpu_mode_environment(data_files):
-    trainer, _ = trainer_and_export(data_files, DEVICE="cpu", RAY_MODE="submit")
-    start = trainer.index("ray")
-    assert trainer[start : start + 3] == ["ray", "job", "submit"]
-    env_vars = json.loads(trainer[trainer.index("--runtime-env-json") + 1])["env_vars"]
-    assert env_vars == {"PYTHONPATH": f"{CPU_SITE}:{REPO_ROOT}", "JUDGE_CPU_DTYPE": "fp32"}
-    # the cluster declares its own resources: ray.init inside the job only connects
-    assert not any("ray_kwargs" in arg for arg in trainer)
-    assert trainer[trainer.index("--") + 1 :][:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert not save_dir.exists()
 
 
 def test_pointwise_and_pairwise_differ_only_in_their_mode(tmp_path_factory):
@@ -222,106 +122,363 @@ def test_pointwise_and_pairwise_differ_only_in_their_mode(tmp_path_factory):
         result = run_launcher(mode, "--dry-run", env=launcher_env(RAY_MODE="local"), cwd=tmp_path)
         commands[mode] = [[arg.replace(mode, "MODE") for arg in command] for command in dry_run_commands(result)]
     assert commands["pointwise"] == commands["pairwise"]
-    trainer = overrides(commands["pointwise"][0])
-    assert trainer["data.train_files"] == f"{tmp_path}/data/grpo/MODE/train.parquet"
-    assert trainer["custom_reward_function.name"] == "compute_MODE_score"
+    assert f"{tmp_path}/checkpoints/grpo/MODE/launch" in commands["pointwise"][0]
 
 
-def test_dry_run_writes_nothing(data_files, tmp_path):
-    dry_run_commands(dry_run(SAVE_DIR=tmp_path / "save", RAY_MODE="local", **data_files))
-    assert not (tmp_path / "save").exists()
+def test_launchers_are_one_screen_of_knobs_and_one_command():
+    for mode in ("pointwise", "pairwise"):
+        lines = LAUNCHERS[mode].read_text().splitlines()
+        code = [line for line in lines if line.strip() and not line.startswith("#")]
+        assert len(lines) <= 60
+        assert code[0] == "set -euo pipefail"
+        assert code[code.index(next(line for line in code if line.startswith("exec ")))] == (
+            f'exec python -m training.launch grpo-{mode} "$0" \\'
+        )
+        assert code[-1].strip() == '"$@"'
 
 
-@pytest.fixture
-def fake_dashboard():
-    """An HTTP server that answers like a Ray dashboard with token authentication: 401."""
-
-    class Unauthorized(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(401)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Unauthorized)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+# --- the final config -------------------------------------------------------------------------------------------
 
 
-def closed_port_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+def test_gpu_config_uses_vllm_and_the_recipe_fixes(data_files, monkeypatch):
+    launch = gpu_launch(data_files, monkeypatch)
+    expected = {
+        f"{ROLLOUT}.name": "vllm",
+        f"{ROLLOUT}.mode": "sync",
+        f"{ROLLOUT}.gpu_memory_utilization": 0.6,
+        f"{ROLLOUT}.tensor_model_parallel_size": 2,
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.ref.fsdp_config.param_offload": True,
+        "trainer.device": "cuda",
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.use_kl_in_reward": False,
+        f"{ACTOR}.use_kl_loss": True,
+        f"{ACTOR}.kl_loss_type": "low_var_kl",
+        "trainer.critic_warmup": 0,
+        "reward_model.enable": False,
+        "reward_model.reward_manager": "naive",
+        "custom_reward_function.path": str(REPO_ROOT / "judge_rewards" / "grpo_rewards.py"),
+        "custom_reward_function.name": REWARD_FUNCTIONS["pointwise"],
+        "actor_rollout_ref.model.lora_rank": 0,
+    }
+    assert {key: value(launch, key) for key in expected} == expected
+    trainer = launch.command("train")
+    assert not any("ray_init.num_gpus" in arg for arg in trainer)  # Ray finds the GPUs itself
+    assert "PYTHONPATH" not in " ".join(trainer)
+    export = launch.command("export")
+    assert export[export.index("--dtype") + 1] == "bf16"
 
 
-def test_auto_submits_when_a_cluster_answers(data_files, fake_dashboard):
-    result = dry_run(RAY_ADDRESS=fake_dashboard, **data_files)
-    trainer = dry_run_commands(result)[0]
-    assert "submitting the training as a Ray job" in result.stderr
-    assert trainer[trainer.index("--address") + 1] == fake_dashboard
+def test_seed_defaults(data_files, monkeypatch):
+    launch = gpu_launch(data_files, monkeypatch)
+    expected = {
+        "actor_rollout_ref.model.path": "Qwen/Qwen3-8B",
+        "launch.ray_address": "http://127.0.0.1:8265",
+        "trainer.n_gpus_per_node": 8,
+        "data.train_batch_size": 96,
+        f"{ROLLOUT}.n": 4,
+        f"{ACTOR}.kl_loss_coef": 0.001,
+    }
+    assert {key: value(launch, key) for key in expected} == expected
 
 
-def test_auto_refuses_a_set_address_where_nothing_answers(data_files):
-    address = closed_port_address()
-    result = dry_run(RAY_ADDRESS=address, **data_files)
-    assert result.returncode == 2
-    assert f"RAY_ADDRESS={address}: no Ray cluster answers there" in result.stderr
+def test_cpu_mode_overrides(data_files, monkeypatch):
+    launch = cpu_launch(data_files, monkeypatch)
+    expected = {
+        "trainer.n_gpus_per_node": 1,
+        f"{ROLLOUT}.name": "hf",
+        f"{ROLLOUT}.load_format": "hf",
+        f"{ROLLOUT}.mode": "sync",
+        f"{ROLLOUT}.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        f"{ACTOR}.fsdp_config.dtype": "float32",
+        "actor_rollout_ref.ref.fsdp_config.dtype": "float32",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": "fp32",
+        "data.dataloader_num_workers": 0,
+    }
+    assert {key: value(launch, key) for key in expected} == expected
 
 
-def test_auto_without_an_address_runs_locally_when_the_default_is_silent(data_files):
-    with socket.socket() as sock:
-        if sock.connect_ex(("127.0.0.1", 8265)) == 0:
-            pytest.skip("something listens on the default Ray dashboard port 127.0.0.1:8265")
-    result = dry_run(**data_files)
-    assert "starting a local Ray instance for this run" in result.stderr
-    assert overrides(dry_run_commands(result)[0])["+ray_kwargs.ray_init.address"] == "local"
-
-
-BAD_INPUTS = [
-    ({"TRAIN_BATCH_SIZE": "50"}, "TRAIN_BATCH_SIZE vs PPO_MINI_BATCH_SIZE"),
-    ({"ROLLOUT_N": "1"}, "ROLLOUT_N must be >= 2"),
-    ({"MICRO_BATCH_SIZE": "5", "PPO_MINI_BATCH_SIZE": "4", "TRAIN_BATCH_SIZE": "4"}, "MICRO_BATCH_SIZE"),
-    ({"LORA_RANK": "8"}, "LORA_RANK=8: the CPU-mode HF rollout"),
-    ({"ROLLOUT_ENGINE": "vllm"}, "ROLLOUT_ENGINE must be one of: hf"),
-    ({"LOGGER": "[console,file]"}, "file logger crashes"),
-    ({"LOGGER": "[console,nope]"}, "LOGGER: 'nope'"),
-    ({"RAY_ADDRESS": "127.0.0.1:8265"}, "RAY_ADDRESS must be a Ray dashboard address"),
-    ({"RAY_MODE": "cluster"}, "RAY_MODE must be one of"),
-    ({"NNODES": "2", "RAY_MODE": "local"}, "NNODES=2 needs a Ray cluster"),
-    ({"SAVE_FREQ": "0"}, "SAVE_FREQ must be -1 or an integer >= 1"),
-    ({"GPU_MEMORY_UTILIZATION": "1.5"}, "GPU_MEMORY_UTILIZATION must be <= 1"),
-    ({"MODEL_PATH": "./no/such/model"}, "MODEL_PATH: './no/such/model' is not a model directory"),
-    ({"TRAIN_FILE": "/no/such/train.parquet"}, "TRAIN_FILE: file '/no/such/train.parquet' does not exist"),
+KNOB_EFFECTS = [
+    ({"MODEL_PATH": "org/judge-base"}, {"actor_rollout_ref.model.path": "org/judge-base"}),
+    ({"N_GPUS_PER_NODE": "4"}, {"trainer.n_gpus_per_node": 4}),
+    ({"TRAIN_BATCH_SIZE": "48"}, {"data.train_batch_size": 48}),
+    ({"PPO_MINI_BATCH_SIZE": "12"}, {f"{ACTOR}.ppo_mini_batch_size": 12}),
+    ({"MICRO_BATCH_SIZE": "2"}, {f"{ACTOR}.ppo_micro_batch_size_per_gpu": 2}),
+    (
+        {"LOG_PROB_MICRO_BATCH_SIZE": "8"},
+        {
+            f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": 8,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
+        },
+    ),
+    ({"ROLLOUT_N": "8"}, {f"{ROLLOUT}.n": 8}),
+    ({"KL_LOSS_COEF": "0.02"}, {f"{ACTOR}.kl_loss_coef": 0.02}),
+    ({"LR": "3e-6"}, {f"{ACTOR}.optim.lr": 3e-6}),
+    ({"MAX_PROMPT_LENGTH": "1024"}, {"data.max_prompt_length": 1024}),
+    ({"MAX_RESPONSE_LENGTH": "512"}, {"data.max_response_length": 512}),
+    ({"TOTAL_EPOCHS": "3"}, {"trainer.total_epochs": 3}),
+    ({"TOTAL_TRAINING_STEPS": "7"}, {"trainer.total_training_steps": 7}),
+    ({"SAVE_FREQ": "10", "TEST_FREQ": "2"}, {"trainer.save_freq": 10, "trainer.test_freq": 2}),
+    ({"ROLLOUT_ENGINE": "sglang"}, {f"{ROLLOUT}.name": "sglang"}),
+    ({"ROLLOUT_TP": "4"}, {f"{ROLLOUT}.tensor_model_parallel_size": 4}),
+    ({"GPU_MEMORY_UTILIZATION": "0.8"}, {f"{ROLLOUT}.gpu_memory_utilization": 0.8}),
+    ({"LORA_RANK": "16"}, {"actor_rollout_ref.model.lora_rank": 16, "launch.export_dir": "none"}),
+    ({"SAVE_DIR": "/tmp/grpo-save"}, {"trainer.default_local_dir": "/tmp/grpo-save"}),
 ]
 
 
-@pytest.mark.parametrize("knobs, message", BAD_INPUTS, ids=[",".join(k) for k, _ in BAD_INPUTS])
-def test_bad_inputs_stop_before_anything_starts(data_files, knobs, message):
-    result = dry_run(**{"DEVICE": "cpu", "RAY_MODE": "local", **data_files, **knobs})
-    assert result.returncode == 2
-    assert message in result.stderr
-    assert result.stdout == ""
+@pytest.mark.parametrize("knobs, expected", KNOB_EFFECTS, ids=[",".join(k) for k, _ in KNOB_EFFECTS])
+def test_every_knob_takes_effect(data_files, monkeypatch, knobs, expected):
+    args = ["launch.export_dir=none"] if "LORA_RANK" in knobs else []
+    launch = gpu_launch(data_files, monkeypatch, *args, **knobs)
+    assert {key: value(launch, key) for key in expected} == expected
 
 
-def test_lora_runs_are_not_exported(data_files):
-    result = dry_run(DEVICE="cuda", RAY_MODE="local", LORA_RANK="16", **data_files)
-    assert result.returncode == 2 and "set EXPORT_DIR=none" in result.stderr
+def test_a_frequency_of_minus_one_means_at_the_end_only(data_files, monkeypatch):
+    launch = cpu_launch(data_files, monkeypatch, SAVE_FREQ="-1", TEST_FREQ="3")
+    trainer = launch.command("train")
+    assert f"trainer.save_freq={AT_THE_END_ONLY}" in trainer
+    assert not any(arg.startswith("trainer.test_freq=") for arg in trainer)  # the snapshot's 3 stands
 
 
-def test_gpu_rollout_tp_must_divide_the_gpus(data_files):
-    result = dry_run(DEVICE="cuda", RAY_MODE="local", ROLLOUT_TP="3", **data_files)
-    assert result.returncode == 2 and "N_GPUS_PER_NODE vs ROLLOUT_TP" in result.stderr
+def test_relative_paths_become_absolute(data_files, monkeypatch, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for name in ("t.parquet", "v.parquet"):
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    launch = cpu_launch(
+        {}, monkeypatch, MODEL_PATH="./model", TRAIN_FILE="t.parquet", VAL_FILE="v.parquet", SAVE_DIR="s"
+    )
+    assert (value(launch, "data.train_files"), value(launch, "actor_rollout_ref.model.path")) == (
+        str(tmp_path / "t.parquet"),
+        str(tmp_path / "model"),
+    )
+    assert value(launch, "launch.export_dir") == str(tmp_path / "s" / "hf")
 
 
-def test_launchers_are_thin():
-    """Both recipes are the shared script plus their mode, reward function and help text."""
-    for script in ("pointwise/run_pointwise.sh", "pairwise/run_pairwise.sh"):
-        code = [
-            line for line in (GRPO_DIR / script).read_text().splitlines() if line.strip() and not line.startswith("#")
-        ]
-        assert code[-1] == 'source "$(dirname "${BASH_SOURCE[0]}")/../common/grpo.sh"'
-        assert len(code) == 4, code
+# --- the export gets the values the training used -----------------------------------------------------------------
+
+
+def test_the_export_gets_the_values_the_training_used(data_files, monkeypatch, tmp_path):
+    model = tmp_path / "override-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    train = tmp_path / "override-train.parquet"
+    train.write_bytes(b"")
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(yaml.safe_dump({"trainer": {"default_local_dir": str(tmp_path / "from-file")}}))
+    monkeypatch.setenv("JUDGE_CPU_DTYPE", "bf16")
+    env = launcher_env(RAY_MODE="local", JUDGE_CPU_DTYPE="bf16", **data_files)
+    launch = launch_in_python(
+        "pairwise",
+        "--config",
+        str(config_file),
+        "trainer.device=cpu",
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={train}",
+        env=env,
+        monkeypatch=monkeypatch,
+    )
+    export = launch.command("export")
+    assert export[4:6] == [str(tmp_path / "from-file"), str(tmp_path / "from-file" / "hf")]
+    flags = {export[index]: export[index + 1] for index in range(6, len(export) - 1, 2)}
+    assert flags == {
+        "--dtype": "bf16",  # the actor's training dtype (CPU mode with JUDGE_CPU_DTYPE=bf16)
+        "--recipe": "grpo-pairwise",
+        "--base-model": str(model),
+        "--train-file": str(train),
+        "--prompt-format": "pairwise",  # judge.json records the template learned
+    }
+
+
+def test_export_dir_none_means_no_export(data_files, monkeypatch):
+    assert cpu_launch(data_files, monkeypatch, "launch.export_dir=none").command("export") is None
+
+
+# --- where it runs ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dashboard", [[{"CPU": 4.0, "GPU": 1.0, "cpu": 1.0}]], indirect=True)
+def test_auto_submits_when_a_cluster_answers(data_files, monkeypatch, dashboard):
+    env = launcher_env(RAY_ADDRESS=dashboard, **data_files)
+    launch = launch_in_python("pointwise", "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert any("submitting the training as a Ray job" in note for note in launch.notes)
+    trainer = launch.command("train")
+    assert trainer[:3] == ["ray", "job", "submit"] and trainer[trainer.index("--address") + 1] == dashboard
+    env_vars = json.loads(trainer[trainer.index("--runtime-env-json") + 1])["env_vars"]
+    assert env_vars == {"PYTHONPATH": f"{CPU_SITE}:{REPO_ROOT}", "JUDGE_CPU_DTYPE": "fp32"}
+    # the cluster declares its own resources: ray.init inside the job only connects
+    assert not any("ray_kwargs" in arg for arg in trainer)
+    assert trainer[trainer.index("--") + 1 :][:3] == ["python", "-m", "verl.trainer.main_ppo"]
+
+
+def test_gpu_submission_carries_the_repository(data_files, monkeypatch, dashboard):
+    launch = gpu_launch(data_files, monkeypatch, RAY_MODE="submit", RAY_ADDRESS=dashboard)
+    trainer = launch.command("train")
+    assert json.loads(trainer[trainer.index("--runtime-env-json") + 1]) == {"env_vars": {"PYTHONPATH": str(REPO_ROOT)}}
+
+
+@pytest.mark.parametrize("dashboard", [None], indirect=True)
+def test_a_cluster_with_token_authentication_counts_as_answering(data_files, monkeypatch, dashboard):
+    message = launch_error(
+        "pointwise",
+        "trainer.device=cpu",
+        env=launcher_env(RAY_ADDRESS=dashboard, **data_files),
+        monkeypatch=monkeypatch,
+    )
+    assert f"the Ray cluster at {dashboard} did not list its nodes" in message  # it was asked: it answered
+
+
+@pytest.mark.parametrize("dashboard", [[{"CPU": 4.0, "GPU": 1.0}]], indirect=True)
+def test_a_cpu_submission_needs_the_cpu_resource(data_files, monkeypatch, dashboard):
+    env = launcher_env(RAY_MODE="submit", RAY_ADDRESS=dashboard, **data_files)
+    message = launch_error("pointwise", "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert "the cluster's nodes declare: GPU 1, CPU 4, cpu 0" in message
+    assert """--num-gpus=1 --resources='{"cpu": 1}'""" in message
+
+
+def test_auto_refuses_a_set_address_where_nothing_answers(data_files, monkeypatch):
+    address = closed_port_address()
+    message = launch_error("pointwise", env=launcher_env(RAY_ADDRESS=address, **data_files), monkeypatch=monkeypatch)
+    assert message.startswith(f"launch.ray_address (RAY_ADDRESS) = {address}: no Ray cluster answers there")
+
+
+def test_auto_without_an_address_runs_locally_when_the_default_is_silent(data_files, monkeypatch):
+    with socket.socket() as sock:
+        if sock.connect_ex(("127.0.0.1", 8265)) == 0:
+            pytest.skip("something listens on the default Ray dashboard port 127.0.0.1:8265")
+    launch = launch_in_python(
+        "pointwise", "trainer.device=cpu", env=launcher_env(**data_files), monkeypatch=monkeypatch
+    )
+    assert any("starting a local Ray instance for this run" in note for note in launch.notes)
+    assert "+ray_kwargs.ray_init.address=local" in launch.command("train")
+
+
+@pytest.mark.e2e
+def test_a_ray_start_cluster_without_gpus_is_refused_before_submitting(data_files):
+    """The seed's own flow on a laptop: `ray start --head` declares no GPUs; verl would fail 27 s after the
+    submission (`Total available GPUs 0 is less than total desired GPUs 1`). The launcher asks the cluster first."""
+    with (
+        tempfile.TemporaryDirectory(prefix="rayc", dir="/tmp") as ray_tmpdir,
+        ray_head(ray_tmpdir, "--num-cpus=2") as address,
+    ):
+        env = launcher_env(RAY_ADDRESS=address, **data_files)
+        result = run_launcher("pairwise", "trainer.device=cpu", env=env)
+    assert result.returncode == 2, result.stderr
+    assert f"the Ray cluster at {address} cannot run this job" in result.stderr
+    assert "GPU 0" in result.stderr and "cpu 0" in result.stderr
+    assert (
+        """ray start --head --dashboard-host=127.0.0.1 --num-cpus=4 --num-gpus=1 --resources='{"cpu": 1}'"""
+        in result.stderr
+    )
+    assert "ray job submit" not in result.stdout
+
+
+# --- bad settings: the same message from a knob and from an override ---------------------------------------------
+
+
+BAD_SETTINGS = [
+    ({"TRAIN_BATCH_SIZE": "50"}, "data.train_batch_size (TRAIN_BATCH_SIZE) = 50: must be a multiple of"),
+    ({"ROLLOUT_N": "1"}, f"{ROLLOUT}.n (ROLLOUT_N) = 1: must be an integer >= 2"),
+    (
+        {"MICRO_BATCH_SIZE": "5", "PPO_MINI_BATCH_SIZE": "4", "TRAIN_BATCH_SIZE": "4"},
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu (MICRO_BATCH_SIZE) = 5: must divide the 16 answers",
+    ),
+    ({"LORA_RANK": "8"}, "actor_rollout_ref.model.lora_rank (LORA_RANK) = 8: the CPU-mode HF rollout"),
+    ({"ROLLOUT_ENGINE": "vllm"}, f"{ROLLOUT}.name (ROLLOUT_ENGINE) = vllm: must be one of: hf"),
+    ({"RAY_ADDRESS": "127.0.0.1:8265"}, "launch.ray_address (RAY_ADDRESS) = 127.0.0.1:8265: must be a Ray dashboard"),
+    ({"RAY_MODE": "cluster"}, "launch.ray_mode (RAY_MODE) = cluster: must be one of: auto, submit, local"),
+    ({"NNODES": "2"}, "trainer.nnodes (NNODES) = 2: more than one node needs a Ray cluster"),
+    ({"SAVE_FREQ": "0"}, "trainer.save_freq (SAVE_FREQ) = 0: must be -1 or an integer >= 1"),
+    ({"GPU_MEMORY_UTILIZATION": "1.5"}, f"{ROLLOUT}.gpu_memory_utilization (GPU_MEMORY_UTILIZATION) = 1.5: must be"),
+    ({"MODEL_PATH": "./no/such/model"}, "actor_rollout_ref.model.path (MODEL_PATH) = ./no/such/model: not a model"),
+    ({"TRAIN_FILE": "/no/such/train.parquet"}, "data.train_files (TRAIN_FILE) = /no/such/train.parquet: no such file"),
+]
+
+
+@pytest.mark.parametrize("knobs, message", BAD_SETTINGS, ids=[",".join(k) for k, _ in BAD_SETTINGS])
+def test_bad_knobs_stop_before_anything_starts(data_files, monkeypatch, knobs, message):
+    assert message in launch_error(
+        "pointwise",
+        "trainer.device=cpu",
+        env=launcher_env(**{"RAY_MODE": "local", **data_files, **knobs}),
+        monkeypatch=monkeypatch,
+    )
+
+
+def test_an_override_of_a_checked_key_is_refused_with_the_knobs_message(data_files, monkeypatch):
+    env = launcher_env(RAY_MODE="local", **data_files)
+    from_override = launch_error(
+        "pointwise", "trainer.device=cpu", "data.train_batch_size=7", env=env, monkeypatch=monkeypatch
+    )
+    env_knob = launcher_env(RAY_MODE="local", TRAIN_BATCH_SIZE="7", **data_files)
+    from_knob = launch_error("pointwise", "trainer.device=cpu", env=env_knob, monkeypatch=monkeypatch)
+    assert from_override == from_knob
+    assert from_override.startswith(
+        f"data.train_batch_size (TRAIN_BATCH_SIZE) = 7: must be a multiple of {ACTOR}.ppo_mini_batch_size"
+    )
+
+
+BAD_OVERRIDES = [
+    ("trainer.logger=[console,file]", "file logger crashes"),
+    ("trainer.logger=[console,nope]", "trainer.logger = [console,nope]: 'nope' is not one of"),
+    (f"{ACTOR}.strategy=ddp", f"{ACTOR}.strategy = ddp: must be one of: fsdp, fsdp2"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_OVERRIDES)
+def test_bad_overrides_stop_before_anything_starts(data_files, monkeypatch, override, message):
+    assert message in launch_error(
+        "pointwise",
+        "trainer.device=cpu",
+        override,
+        env=launcher_env(RAY_MODE="local", **data_files),
+        monkeypatch=monkeypatch,
+    )
+
+
+def test_bad_settings_print_no_command_through_bash(data_files):
+    result = run_launcher(
+        "pointwise", "--dry-run", "trainer.device=cpu", env=launcher_env(RAY_MODE="local", ROLLOUT_N="1", **data_files)
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"{ROLLOUT}.n (ROLLOUT_N) = 1: must be an integer >= 2" in result.stderr
+
+
+def test_lora_runs_are_not_exported(data_files, monkeypatch):
+    message = launch_error(
+        "pointwise",
+        "trainer.device=cuda",
+        env=launcher_env(RAY_MODE="local", LORA_RANK="16", **data_files),
+        monkeypatch=monkeypatch,
+    )
+    assert "set launch.export_dir to none" in message
+
+
+def test_gpu_rollout_tp_must_divide_the_gpus(data_files, monkeypatch):
+    message = launch_error(
+        "pointwise",
+        "trainer.device=cuda",
+        env=launcher_env(RAY_MODE="local", ROLLOUT_TP="3", **data_files),
+        monkeypatch=monkeypatch,
+    )
+    assert message.startswith("trainer.n_gpus_per_node (N_GPUS_PER_NODE) = 8: must be a multiple of")
+
+
+def test_the_laptop_config_is_the_grpo_readmes(data_files, monkeypatch, tiny_model_dir):
+    """configs/cpu_tiny.yaml's first line is its command; its keys are this recipe's."""
+    config = GRPO_DIR / "configs" / "cpu_tiny.yaml"
+    assert config.read_text().splitlines()[0] == "# bash pointwise/run_pointwise.sh --config configs/cpu_tiny.yaml"
+    env = launcher_env(RAY_MODE="local", **data_files)
+    launch = launch_in_python(
+        "pairwise",
+        "--config",
+        str(config),
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        env=env,
+        monkeypatch=monkeypatch,
+    )
+    assert (value(launch, "data.train_batch_size"), value(launch, "trainer.total_training_steps")) == (4, 2)

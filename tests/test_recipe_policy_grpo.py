@@ -3,7 +3,7 @@
 End to end on CPU: the real judge server (an untrained tiny scalar judge, with an API key) scores the
 rollouts of 2 GRPO steps of the tiny policy on the offline policy data, through real verl on a private
 local Ray; the judge's own counters, verl's logged reward sources and the checkpoint are checked. The
-launcher's checks are dry runs against a stand-in judge that answers /health.
+launcher's checks run its Python side in process against a stand-in judge that answers /health.
 """
 
 from __future__ import annotations
@@ -11,54 +11,45 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import shlex
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
+from omegaconf import OmegaConf
 
 from data_prep import offline
 from tests.conftest import REPO_ROOT
-from tests.grpo_recipe import launcher_env as grpo_launcher_env
-from tests.grpo_recipe import processes_mentioning
+from tests.grpo_recipe import (
+    POLICY_LAUNCHER,
+    dry_run_commands,
+    launch_error,
+    launch_in_python,
+    launcher_env,
+    processes_mentioning,
+    run_launcher,
+    stand_in_dashboard,
+)
 from tests.launcher_helpers import logged_metrics
 from tests.support.servers import free_port, start_server
 from tests.test_recipe_grpo import run_bash
 
 RECIPE_DIR = REPO_ROOT / "cookbooks" / "rl_with_judge_reward"
-LAUNCHER = RECIPE_DIR / "run_policy_grpo.sh"
-CPU_CONFIG = RECIPE_DIR / "configs" / "cpu_tiny.env"
+CPU_CONFIG = RECIPE_DIR / "configs" / "cpu_tiny.yaml"
 API_KEY = "policy-test-key"
 DATA_SOURCE = offline.DATA_SOURCE_POLICY
-STEPS, PROMPTS_PER_STEP, ROLLOUT_N = 2, 4, 4  # configs/cpu_tiny.env and the GRPO default group
+STEPS, PROMPTS_PER_STEP, ROLLOUT_N = 2, 4, 4  # configs/cpu_tiny.yaml and the GRPO default group
+JUDGE_URL_KEY = "custom_reward_function.reward_kwargs.judge_url (JUDGE_MODEL_URL)"
+KWARGS = "custom_reward_function.reward_kwargs"
 
 
-def launcher_env(**knobs) -> dict[str, str]:
-    """The GRPO recipes' test environment without this launcher's own knobs or the judge key, plus `knobs`."""
-    env = grpo_launcher_env()
-    own = re.findall(r"^\s*knob (\w+)", LAUNCHER.read_text(), flags=re.MULTILINE)
-    for name in [*own, "JUDGE_MODEL_API_KEY"]:
-        env.pop(name, None)
-    env.update({key: str(value) for key, value in knobs.items()})
-    return env
-
-
-def dry_run(**knobs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(LAUNCHER), "--dry-run", "--config", str(CPU_CONFIG)],
-        cwd=REPO_ROOT,
-        env=launcher_env(**knobs),
-        text=True,
-        capture_output=True,
-        timeout=60,
+def policy_launch(monkeypatch, *args, **knobs):
+    """The launcher's Python side in process, CPU mode, the laptop config."""
+    env = launcher_env(**knobs)
+    return launch_in_python(
+        "policy", "--config", str(CPU_CONFIG), "trainer.device=cpu", *args, env=env, monkeypatch=monkeypatch
     )
-
-
-def overrides(command_line: str) -> dict[str, str]:
-    return dict(arg.split("=", 1) for arg in shlex.split(command_line) if "=" in arg and not arg.startswith("-"))
 
 
 @pytest.fixture(scope="module")
@@ -120,30 +111,39 @@ def valid_knobs(policy_data, tiny_model_dir, judge_url) -> dict:
 
 
 BAD_INPUTS = [
-    ({"JUDGE_MODEL_URL": ""}, "JUDGE_MODEL_URL is not set: serve a judge (python -m serving --model JUDGE_DIR)"),
-    ({"JUDGE_MODEL_URL": "judge-host:8888"}, "JUDGE_MODEL_URL must be a judge server's base URL"),
+    ({"JUDGE_MODEL_URL": ""}, f"{JUDGE_URL_KEY} = '': not set: serve a judge (python -m serving --model JUDGE_DIR)"),
+    ({"JUDGE_MODEL_URL": "judge-host:8888"}, "must be a judge server's base URL"),
     ({"JUDGE_MODEL_URL": f"http://127.0.0.1:{free_port()}"}, "no judge server answers GET /health"),
     ({"JUDGE_MODEL_API_KEY": ""}, "the judge requires an API key (HTTP 401): set JUDGE_MODEL_API_KEY"),
     ({"JUDGE_MODEL_API_KEY": "wrong"}, "the judge refuses JUDGE_MODEL_API_KEY (HTTP 401)"),
-    ({"REWARD_MANAGER": "prime"}, "REWARD_MANAGER must be one of: batch naive"),
-    ({"JUDGE_MAX_BATCH_SIZE": "0"}, "JUDGE_MAX_BATCH_SIZE must be >= 1"),
-    ({"JUDGE_TIMEOUT": "soon"}, "JUDGE_TIMEOUT must be a non-negative number"),
-    ({"JUDGE_FALLBACK_TO_RULE": "maybe"}, "JUDGE_FALLBACK_TO_RULE must be one of: true false"),
+    ({"REWARD_MANAGER": "prime"}, "reward_model.reward_manager (REWARD_MANAGER) = prime: must be one of: batch, naive"),
+    ({"JUDGE_MAX_BATCH_SIZE": "0"}, f"{KWARGS}.max_batch_size (JUDGE_MAX_BATCH_SIZE) = 0: must be an integer >= 1"),
+    ({"JUDGE_TIMEOUT": "soon"}, f"{KWARGS}.timeout (JUDGE_TIMEOUT) = soon: must be a number"),
+    (
+        {"JUDGE_FALLBACK_TO_RULE": "maybe"},
+        f"{KWARGS}.fallback_to_rule (JUDGE_FALLBACK_TO_RULE) = maybe: must be true or false",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     "knobs, message", BAD_INPUTS, ids=[",".join(f"{k}={v}" for k, v in knobs.items()) for knobs, _ in BAD_INPUTS]
 )
-def test_bad_judge_settings_stop_before_anything_starts(policy_data, tiny_model_dir, stand_in_judge, knobs, message):
-    result = dry_run(**{**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), **knobs})
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr
-    assert result.stdout == ""
+def test_bad_judge_settings_stop_before_anything_starts(
+    policy_data, tiny_model_dir, stand_in_judge, knobs, message, monkeypatch
+):
+    env = launcher_env(**{**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), **knobs})
+    assert message in launch_error(
+        "policy", "--config", str(CPU_CONFIG), "trainer.device=cpu", env=env, monkeypatch=monkeypatch
+    )
 
 
-def test_the_judge_becomes_verls_reward_with_the_adapter_settings(policy_data, tiny_model_dir, stand_in_judge):
-    result = dry_run(
+def test_the_judge_becomes_verls_reward_with_the_adapter_settings(
+    policy_data, tiny_model_dir, stand_in_judge, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(tmp_path)
+    launch = policy_launch(
+        monkeypatch,
         **valid_knobs(policy_data, tiny_model_dir, stand_in_judge + "/"),
         JUDGE_MAX_BATCH_SIZE=8,
         JUDGE_MAX_CONCURRENT=4,
@@ -152,42 +152,31 @@ def test_the_judge_becomes_verls_reward_with_the_adapter_settings(policy_data, t
         JUDGE_FALLBACK_TO_RULE="false",
         ROLLOUT_DATA_DIR="rollouts",
     )
-    assert result.returncode == 0, result.stderr
-    assert f"judge at {stand_in_judge}: scalar judge stand-in (none, version v0)" in result.stderr
-    trainer_line, export_line = result.stdout.splitlines()
-    trainer = overrides(trainer_line)
-    assert trainer["reward_model.reward_manager"] == "batch"
-    assert trainer["custom_reward_function.path"] == str(REPO_ROOT / "judge_rewards" / "verl_reward.py")
-    assert trainer["custom_reward_function.name"] == "compute_score_batch"
-    kwargs = {
-        key.rsplit(".", 1)[1]: value
-        for key, value in trainer.items()
-        if key.startswith("+custom_reward_function.reward_kwargs.")
-    }
-    assert kwargs == {
+    assert f"judge at {stand_in_judge}: scalar judge stand-in (none, version v0)" in launch.notes
+    config = launch.config
+    assert config.reward_model.reward_manager == "batch"
+    assert config.custom_reward_function.path == str(REPO_ROOT / "judge_rewards" / "verl_reward.py")
+    assert config.custom_reward_function.name == "compute_score_batch"
+    assert OmegaConf.to_container(config.custom_reward_function.reward_kwargs) == {
         "judge_url": stand_in_judge,
-        "max_batch_size": "8",
-        "max_concurrent_requests": "4",
-        "timeout": "2.5",
-        "max_retries": "1",
-        "fallback_to_rule": "false",
+        "max_batch_size": 8,
+        "max_concurrent_requests": 4,
+        "timeout": 2.5,
+        "max_retries": 1,
+        "fallback_to_rule": False,
     }
-    assert trainer["trainer.rollout_data_dir"] == str(REPO_ROOT / "rollouts")
-    assert (trainer["data.train_files"], trainer["trainer.project_name"]) == (
-        str(policy_data["TRAIN_FILE"]),
-        "policy-grpo",
-    )
-    export = shlex.split(export_line)
+    assert config.trainer.rollout_data_dir == str(tmp_path / "rollouts")
+    assert (config.data.train_files, config.trainer.project_name) == (str(policy_data["TRAIN_FILE"]), "policy-grpo")
+    export = launch.command("export")
     assert export[:4] == ["python", "-m", "training.export", "causal-lm"]
-    assert "--not-a-judge" in export and export[export.index("--recipe") + 1] == "grpo-policy"
-    assert API_KEY not in result.stdout + result.stderr
+    assert "--not-a-judge" in export and export[export.index("--recipe") + 1] == "policy-grpo"
 
 
-def test_naive_reward_manager_calls_the_per_sample_function(policy_data, tiny_model_dir, stand_in_judge):
-    result = dry_run(**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), REWARD_MANAGER="naive")
-    assert result.returncode == 0, result.stderr
-    trainer = overrides(result.stdout.splitlines()[0])
-    assert (trainer["reward_model.reward_manager"], trainer["custom_reward_function.name"]) == (
+def test_naive_reward_manager_calls_the_per_sample_function(policy_data, tiny_model_dir, stand_in_judge, monkeypatch):
+    launch = policy_launch(
+        monkeypatch, **valid_knobs(policy_data, tiny_model_dir, stand_in_judge), REWARD_MANAGER="naive"
+    )
+    assert (launch.config.reward_model.reward_manager, launch.config.custom_reward_function.name) == (
         "naive",
         "compute_score",
     )
@@ -197,29 +186,31 @@ def test_default_data_is_the_offline_policy_split(tiny_model_dir, stand_in_judge
     for split in ("train", "val"):
         (tmp_path / "data" / "policy").mkdir(parents=True, exist_ok=True)
         (tmp_path / "data" / "policy" / f"{split}.parquet").write_bytes(b"")
-    result = subprocess.run(
-        ["bash", str(LAUNCHER), "--dry-run"],
-        cwd=tmp_path,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        env=launcher_env(
-            MODEL_PATH=tiny_model_dir, RAY_MODE="local", JUDGE_MODEL_URL=stand_in_judge, JUDGE_MODEL_API_KEY=API_KEY
-        ),
+    env = launcher_env(
+        MODEL_PATH=tiny_model_dir, RAY_MODE="local", JUDGE_MODEL_URL=stand_in_judge, JUDGE_MODEL_API_KEY=API_KEY
     )
-    assert result.returncode == 0, result.stderr
-    trainer = overrides(result.stdout.splitlines()[0])
-    assert trainer["data.train_files"] == f"{tmp_path}/data/policy/train.parquet"
-    assert trainer["trainer.default_local_dir"] == f"{tmp_path}/checkpoints/grpo/policy"
+    trainer = dry_run_commands(run_launcher("policy", "--dry-run", "trainer.device=cpu", env=env, cwd=tmp_path))[0]
+    assert trainer[trainer.index("--config-path") + 1] == f"{tmp_path}/checkpoints/grpo/policy/launch"
 
 
-def test_a_submitted_job_never_carries_the_api_key(policy_data, tiny_model_dir, stand_in_judge):
-    result = dry_run(**{**valid_knobs(policy_data, tiny_model_dir, stand_in_judge), "RAY_MODE": "submit"})
-    assert result.returncode == 0, result.stderr
-    assert "JUDGE_MODEL_API_KEY is not sent with the Ray job" in result.stderr
-    trainer_line = result.stdout.splitlines()[0]
-    assert "ray job submit" in trainer_line and API_KEY not in trainer_line
-    assert f"+custom_reward_function.reward_kwargs.judge_url={stand_in_judge}" in trainer_line
+def test_a_submitted_job_never_carries_the_api_key(policy_data, tiny_model_dir, stand_in_judge, monkeypatch):
+    server = stand_in_dashboard([{"CPU": 4.0, "GPU": 1.0, "cpu": 1.0}])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"http://127.0.0.1:{server.server_address[1]}"
+        knobs = {
+            **valid_knobs(policy_data, tiny_model_dir, stand_in_judge),
+            "RAY_MODE": "submit",
+            "RAY_ADDRESS": address,
+        }
+        launch = policy_launch(monkeypatch, **knobs)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert any("JUDGE_MODEL_API_KEY is not sent with the Ray job" in note for note in launch.notes)
+    trainer = launch.command("train")
+    assert trainer[:3] == ["ray", "job", "submit"] and API_KEY not in " ".join(trainer)
+    assert launch.config.custom_reward_function.reward_kwargs.judge_url == stand_in_judge
 
 
 # --- end to end ------------------------------------------------------------------------------------------
@@ -256,7 +247,12 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
             RAY_TMPDIR=ray_tmpdir,
         )
         output = run_bash(
-            LAUNCHER, "--config", str(CPU_CONFIG), f"trainer.validation_data_dir={validation}", env=env, cwd=RECIPE_DIR
+            POLICY_LAUNCHER,
+            "--config",
+            str(CPU_CONFIG),
+            f"trainer.validation_data_dir={validation}",
+            env=env,
+            cwd=RECIPE_DIR,
         )
         assert processes_mentioning(ray_tmpdir) == [], "a Ray process outlived the run"
     judged = judgements_answered(judge_server.url) - before
@@ -277,6 +273,6 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
     assert (save_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert (save_dir / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").is_file()
     assert not (save_dir / "hf" / "judge.json").exists()
-    assert json.loads((save_dir / "hf" / "export.json").read_text())["trained_with"]["recipe"] == "grpo-policy"
+    assert json.loads((save_dir / "hf" / "export.json").read_text())["trained_with"]["recipe"] == "policy-grpo"
     snapshot = "".join(path.read_text() for path in (save_dir / "launch").glob("*") if path.is_file())
     assert API_KEY not in output + snapshot

@@ -32,18 +32,18 @@ def runs(tiny_model_dir, message_files, tmp_path_factory) -> dict[int, tuple[Pat
         save_dir = root / f"{strategy}_{processes}"
         result = run_launcher(
             SFT_LAUNCHER,
+            "optim.lr=5e-3",
+            f"trainer.total_training_steps={STEPS}",
+            f"model.strategy={strategy}",
             MODEL_PATH=tiny_model_dir,
             TRAIN_FILE=train_file,
             VAL_FILE=val_file,
             SAVE_DIR=save_dir,
             N_GPUS_PER_NODE=processes,
-            STRATEGY=strategy,
             TRAIN_BATCH_SIZE=8,
             MICRO_BATCH_SIZE=MICRO_BATCH_SIZE,
             MAX_LENGTH=MAX_LENGTH,
-            LR="5e-3",
             TOTAL_EPOCHS=2,
-            TOTAL_TRAINING_STEPS=STEPS,
         )
         assert result.returncode == 0, (result.stdout + result.stderr)[-2500:]
         outputs[processes] = (save_dir, result.stdout)

@@ -1,6 +1,6 @@
 """Bradley-Terry judge training on verl's FSDP SFT trainer.
 
-    torchrun --nproc_per_node=N -m training.bt_trainer [key=value ...]   (config: bt_trainer.yaml)
+    torchrun --nproc_per_node=N -m training.bt_trainer [key=value ...]   (config: configs/bradley_terry.yaml)
 
 `BradleyTerryTrainer` subclasses verl 0.6.1's `FSDPSFTTrainer` and keeps its config, device mesh, sampler,
 StatefulDataLoader, checkpoint manager (resume included), tracking and `fit()`, and builds the model with
@@ -64,7 +64,9 @@ from verl.utils.torch_functional import get_cosine_schedule_with_warmup, get_wsd
 from verl.workers.config.optimizer import build_optimizer
 
 from judge_rewards.protocol import templates
+from serving.judges.scalar_model import padded_rewards, right_padded
 from training import cpu_compat
+from training.launch.config import register_resolvers
 
 PAIR_FIELDS = ("chosen", "rejected")
 MARGIN_FIELD = "margin"
@@ -77,7 +79,7 @@ TOTALS = ("loss", "correct", "pairs", "reward_gap", "tokens", "slots")
 
 @dataclass(frozen=True)
 class BradleyTerryConfig:
-    """The `bt` section of bt_trainer.yaml."""
+    """The `bt` section of configs/bradley_terry.yaml."""
 
     margin_mode: str = "none"  # none: -logσ(Δ); scaled: -m·logσ(Δ) ("scaled BT"); offset: -logσ(Δ - m)
 
@@ -156,13 +158,6 @@ def read_pair_rows(path: str, need_margin: bool) -> list[dict]:
     return rows
 
 
-def conversation_token_ids(tokenizer, conversations: Sequence[list[dict]]) -> list[list[int]]:
-    """Token ids of conversations as a scalar judge reads them: the chat template's text, tokenized without
-    adding special tokens (the template holds them). The judge server does exactly this."""
-    texts = [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
-
-
 class PairDataset(Dataset):
     """Tokenized preference pairs of one or more parquet files; item i is (chosen ids, rejected ids, margin),
     the ids as int32 tensors (a Python list of ints would take seven times the memory on every rank)."""
@@ -182,7 +177,9 @@ class PairDataset(Dataset):
 
     def _add_file(self, path: str, tokenizer) -> None:
         rows = read_pair_rows(path, self.config.need_margin)
-        encoded = {field: conversation_token_ids(tokenizer, [row[field] for row in rows]) for field in PAIR_FIELDS}
+        encoded = {
+            field: templates.conversation_token_ids(tokenizer, [row[field] for row in rows]) for field in PAIR_FIELDS
+        }
         for index, row in enumerate(rows):
             chosen, rejected = (
                 self._fit(encoded[field][index], f"{path} row {index} field {field}") for field in PAIR_FIELDS
@@ -230,15 +227,14 @@ class PairCollator:
         self.pad_token_id = pad_token_id
 
     def __call__(self, items: list[tuple[torch.Tensor, torch.Tensor, float]]) -> dict[str, torch.Tensor]:
-        length = max(len(ids) for item in items for ids in item[:2])
-        input_ids = torch.full((len(items), 2, length), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(items), 2, length), dtype=torch.long)
-        for row, item in enumerate(items):
-            for side, ids in enumerate(item[:2]):
-                input_ids[row, side, : len(ids)] = torch.as_tensor(ids)
-                attention_mask[row, side, : len(ids)] = 1
+        input_ids, attention_mask = right_padded([ids for item in items for ids in item[:2]], self.pad_token_id)
         margin = torch.tensor([item[2] for item in items], dtype=torch.float32)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "margin": margin}
+        pairs_shape = (len(items), 2, input_ids.shape[-1])
+        return {
+            "input_ids": input_ids.view(pairs_shape),
+            "attention_mask": attention_mask.view(pairs_shape),
+            "margin": margin,
+        }
 
 
 def length_sorted_micro_batches(batch: TensorDict, size: int) -> list[TensorDict]:
@@ -247,6 +243,16 @@ def length_sorted_micro_batches(batch: TensorDict, size: int) -> list[TensorDict
     lengths = batch["attention_mask"].sum(-1).amax(-1)
     order = torch.argsort(lengths, descending=True, stable=True)
     return list(batch[order].split(size))
+
+
+def pair_rewards(model, micro_batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's rewards (pairs, 2) in fp32, and the attention mask of the sequences as they were computed:
+    the micro-batch cut to its own longest sequence, read as the judge server reads it (scalar_model)."""
+    attention_mask = micro_batch["attention_mask"]
+    length = int(attention_mask.sum(-1).max())
+    attention_mask = attention_mask[..., :length].reshape(-1, length)
+    input_ids = micro_batch["input_ids"][..., :length].reshape(-1, length)
+    return padded_rewards(model, input_ids, attention_mask).view(-1, 2), attention_mask
 
 
 # --- loss and metrics --------------------------------------------------------------------------------
@@ -338,7 +344,7 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
     # so loading a batch costs nothing and needs no worker processes.
     def _build_dataloader(self, train_dataset, val_dataset):
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
-        rank, world_size = self.device_mesh.get_rank(), self.device_mesh.size()
+        world_size = self.device_mesh.size()
         data = self.config.data
         _require_pairs(train_dataset, world_size * data.train_batch_size, "one global batch (data.train_batch_size)")
         _require_pairs(
@@ -346,35 +352,35 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
             world_size * data.micro_batch_size_per_gpu,
             "one micro-batch per rank (ranks x data.micro_batch_size_per_gpu)",
         )
-        collate = PairCollator(self.tokenizer.pad_token_id)
-        pin_memory = get_device_name() != "cpu"
-        self.train_sampler = DistributedSampler(
-            train_dataset, shuffle=True, num_replicas=world_size, rank=rank, drop_last=True
+        self.train_sampler, self.train_dataloader = self._pair_loader(
+            train_dataset, data.train_batch_size, shuffle=True
         )
-        self.train_dataloader = StatefulDataLoader(
-            train_dataset,
-            batch_size=data.train_batch_size,
-            sampler=self.train_sampler,
-            collate_fn=collate,
-            num_workers=0,
-            pin_memory=pin_memory,
-            drop_last=True,
-        )
-        self.val_sampler = DistributedSampler(
-            val_dataset, shuffle=False, num_replicas=world_size, rank=rank, drop_last=True
-        )
-        self.val_dataloader = StatefulDataLoader(
-            val_dataset,
-            batch_size=data.micro_batch_size_per_gpu,
-            sampler=self.val_sampler,
-            collate_fn=collate,
-            num_workers=0,
-            pin_memory=pin_memory,
-            drop_last=True,
+        self.val_sampler, self.val_dataloader = self._pair_loader(
+            val_dataset, data.micro_batch_size_per_gpu, shuffle=False
         )
         if self._is_rank_zero():
             used = len(self.val_dataloader) * world_size * data.micro_batch_size_per_gpu
             print(f"validation uses {used} of {len(val_dataset)} pairs (whole micro-batches on every rank)")
+
+    def _pair_loader(self, dataset, batch_size: int, shuffle: bool) -> tuple[DistributedSampler, StatefulDataLoader]:
+        """This rank's sampler and loader of `dataset` in whole batches of collated pairs."""
+        sampler = DistributedSampler(
+            dataset,
+            shuffle=shuffle,
+            num_replicas=self.device_mesh.size(),
+            rank=self.device_mesh.get_rank(),
+            drop_last=True,
+        )
+        loader = StatefulDataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            collate_fn=PairCollator(self.tokenizer.pad_token_id),
+            num_workers=0,
+            pin_memory=get_device_name() != "cpu",
+            drop_last=True,
+        )
+        return sampler, loader
 
     # model: a 1-label sequence-classification head, wrapped with verl's FSDP / FSDP2 helpers
     def _build_model_optimizer(self):
@@ -465,15 +471,6 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         )
 
     # forward, loss, step
-    def _pair_rewards(self, micro_batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rewards (pairs, 2) in fp32, and the attention mask of the sequences as they were computed."""
-        attention_mask = micro_batch["attention_mask"]
-        length = int(attention_mask.sum(-1).max())
-        attention_mask = attention_mask[..., :length].reshape(-1, length)
-        input_ids = micro_batch["input_ids"][..., :length].reshape(-1, length)
-        logits = self.fsdp_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        return logits.float().view(-1, 2), attention_mask
-
     def _sum_over_ranks(self, totals: torch.Tensor) -> torch.Tensor:
         totals = totals.to(get_device_id())
         dist.all_reduce(totals, op=dist.ReduceOp.SUM)
@@ -495,7 +492,7 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         pairs = batch.batch_size[0]
         step_totals = []
         for micro_batch in length_sorted_micro_batches(batch, self.config.data.micro_batch_size_per_gpu):
-            rewards, attention_mask = self._pair_rewards(micro_batch)
+            rewards, attention_mask = pair_rewards(self.fsdp_model, micro_batch)
             losses = bradley_terry_losses(rewards, micro_batch["margin"], self.bt.margin_mode)
             (losses.sum() / pairs).backward()  # the step's gradient is that of the mean loss over its pairs
             step_totals.append(pair_totals(losses, rewards, attention_mask))
@@ -519,7 +516,7 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
     def validation_step(self, batch: TensorDict):
         self.fsdp_model.eval()
         with torch.no_grad():
-            rewards, attention_mask = self._pair_rewards(batch)
+            rewards, attention_mask = pair_rewards(self.fsdp_model, batch)
             losses = bradley_terry_losses(rewards, batch["margin"], self.bt.margin_mode)
         totals = self._sum_over_ranks(pair_totals(losses, rewards, attention_mask))
         self._val_totals = totals if self._val_totals is None else self._val_totals + totals
@@ -596,8 +593,11 @@ def run_bt(config) -> None:
     destroy_global_process_group()
 
 
-@hydra.main(config_path=".", config_name="bt_trainer", version_base=None)
+@hydra.main(config_path="configs", config_name="bradley_terry", version_base=None)
 def main(config) -> None:
+    """The trainer's entry point; the launcher starts it on its resolved config snapshot, a direct run on
+    configs/bradley_terry.yaml (whose interpolations need the launcher's resolvers)."""
+    register_resolvers()
     try:
         run_bt(config)
     except PairDataError as err:

@@ -4,16 +4,17 @@
 #   -> the judge server -> rewards through JudgeRewardSystem -> RewardBench2-style evaluation on the
 #   held-out offline set.
 #
-#   bash cookbooks/demo/run_demo.sh
+#   bash cookbooks/demo/run_demo.sh [key=value ...]
 #
 # Knobs: DEMO_DIR (./runs/demo), BASE_MODEL (smollm2 | tiny: a wiring check in seconds, not a judge),
-# BT_CONFIG (the BT recipe's laptop config). Every BT knob can be overridden by its environment variable.
+# BT_CONFIG (the BT recipe's laptop config). Arguments are settings of the BT training, passed to its launcher
+# (e.g. trainer.total_training_steps=2); so are the BT knobs set in the environment.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 DEMO_DIR="${DEMO_DIR:-./runs/demo}"
 BASE_MODEL="${BASE_MODEL:-smollm2}"
-BT_CONFIG="${BT_CONFIG:-cookbooks/training_judge_model/bradley-terry/configs/cpu_smollm2.env}"
+BT_CONFIG="${BT_CONFIG:-cookbooks/training_judge_model/bradley-terry/configs/cpu_smollm2.yaml}"
 DATA_DIR="$DEMO_DIR/data"
 MODEL_DIR="$DEMO_DIR/models/$BASE_MODEL"
 JUDGE_DIR="$DEMO_DIR/bt/hf"
@@ -36,8 +37,9 @@ fi
 
 step "3/6 train a Bradley-Terry judge with verl ($BT_CONFIG) -> $DEMO_DIR/bt"
 rm -rf "$DEMO_DIR/bt"
-MODEL_PATH="$MODEL_DIR" TRAIN_FILE="$DATA_DIR/bradley_terry/train.parquet" VAL_FILE="$DATA_DIR/bradley_terry/val.parquet" \
-    SAVE_DIR="$DEMO_DIR/bt" bash cookbooks/training_judge_model/bradley-terry/run_bt_rm.sh --config "$BT_CONFIG"
+bash cookbooks/training_judge_model/bradley-terry/run_bt_rm.sh --config "$BT_CONFIG" \
+    model.partial_pretrain="$MODEL_DIR" data.train_files="$DATA_DIR/bradley_terry/train.parquet" \
+    data.val_files="$DATA_DIR/bradley_terry/val.parquet" trainer.default_local_dir="$DEMO_DIR/bt" "$@"
 
 step "4/6 serve the judge: python -m serving --model $JUDGE_DIR"
 port="$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -3,103 +3,66 @@
 # judge at JUDGE_MODEL_URL through judge_rewards/verl_reward.py (batched HTTP, cache, retries, circuit
 # breaker, rule fallback; each reward says whether the judge or the rules gave it).
 #
-#   bash cookbooks/rl_with_judge_reward/run_policy_grpo.sh [--dry-run] [--config FILE] [hydra.key=value ...]
+#   bash cookbooks/rl_with_judge_reward/run_policy_grpo.sh [--dry-run] [--config FILE.yaml] [--help] [key=value ...]
 #
-# Serve a judge first (python -m serving --model JUDGE_DIR) and set JUDGE_MODEL_URL: the launcher checks
-# GET $JUDGE_MODEL_URL/health before anything starts. JUDGE_MODEL_API_KEY (optional) is the judge server's
-# key; it is read from the environment and never printed or saved: a local run's reward function inherits
-# it, a Ray cluster must have it in its own environment (README.md). The training knobs are the GRPO judge
-# recipe's (cookbooks/training_judge_model/grpo/README.md); data: python -m data_prep offline --out ./data.
-# Defaults are the GPU recipe's (Qwen3-8B, 8 GPUs, vLLM); without a GPU it runs in CPU mode, see
-# configs/cpu_tiny.env and README.md.
+# Serve a judge first (python -m serving --model JUDGE_DIR) and set JUDGE_MODEL_URL: the launcher checks GET
+# $JUDGE_MODEL_URL/health before anything starts. JUDGE_MODEL_API_KEY (optional) is the judge server's key; it
+# is read from the environment, never printed or saved (a Ray cluster needs it in its own environment).
+# Defaults are the GPU recipe's (Qwen3-8B, 8 GPUs, vLLM); without a GPU it runs in CPU mode. Laptop runs:
+# configs/cpu_smollm2.yaml, configs/cpu_tiny.yaml. Every other setting: training/configs/policy_grpo.yaml.
 set -euo pipefail
-GRPO_MODE=policy
-GRPO_DATA_DIR=./data/policy
-GRPO_PROJECT_NAME=policy-grpo
-GRPO_REWARD_FILE=judge_rewards/verl_reward.py
-GRPO_EXPORT_FLAGS=(--not-a-judge)  # a trained policy is no judge: no judge.json for the judge server to read
-declare -A REWARD_FUNCTIONS=([batch]=compute_score_batch [naive]=compute_score)
 
-recipe_knobs() {
-    knob JUDGE_MODEL_URL        ""    "judge server base URL, e.g. http://judge-host:8888 (required; must answer GET /health)"
-    knob REWARD_MANAGER         batch "batch: a step's answers go to the judge in one call | naive: one call per answer"
-    knob JUDGE_MAX_BATCH_SIZE   16    "most answers in one POST /batch_judge"
-    knob JUDGE_MAX_CONCURRENT   32    "most HTTP requests to the judge in flight at once"
-    knob JUDGE_TIMEOUT          30    "seconds one HTTP attempt to the judge may take"
-    knob JUDGE_MAX_RETRIES      3     "retries of a failed batch (timeouts, connection errors, 429, 5xx)"
-    knob JUDGE_FALLBACK_TO_RULE true  "true: the rules score what the judge cannot (source rule_fallback) | false: the step fails"
-    knob ROLLOUT_DATA_DIR       ""    "write every step's answers with their reward and its source here as JSONL (empty: off)"
-}
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}  # base model: HF directory or hub id
+TRAIN_FILE=${TRAIN_FILE:-./data/policy/train.parquet}  # the policy's questions (python -m data_prep offline --out ./data)
+VAL_FILE=${VAL_FILE:-./data/policy/val.parquet}  # validation questions
+SAVE_DIR=${SAVE_DIR:-./checkpoints/grpo/policy}  # checkpoints, export (hf/), config snapshot and log
+RAY_ADDRESS=${RAY_ADDRESS:-http://127.0.0.1:8265}  # Ray dashboard a job is submitted to
+RAY_MODE=${RAY_MODE:-auto}  # auto: submit if a cluster answers at RAY_ADDRESS, else a local Ray | submit | local
+NNODES=${NNODES:-1}  # nodes of the Ray cluster (local Ray: 1)
+N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}  # GPUs per node (CPU mode: 1 worker process)
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-96}  # prompts per step (each gets ROLLOUT_N answers)
+PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-24}  # prompts per optimizer update (divides TRAIN_BATCH_SIZE)
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}  # answers per GPU per forward/backward of the update
+LOG_PROB_MICRO_BATCH_SIZE=${LOG_PROB_MICRO_BATCH_SIZE:-2}  # answers per GPU per log-prob pass (old and reference policy)
+ROLLOUT_N=${ROLLOUT_N:-4}  # answers sampled per prompt (the GRPO group)
+KL_LOSS_COEF=${KL_LOSS_COEF:-0.001}  # weight of the low-variance KL loss to the reference model
+LR=${LR:-1e-6}  # actor learning rate
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-4096}  # longer prompts are filtered out
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-2048}  # most tokens an answer may take
+TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}  # epochs over TRAIN_FILE
+TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}  # stop after this many steps (null: all epochs)
+SAVE_FREQ=${SAVE_FREQ:-5}  # checkpoint every N steps and at the end (-1: at the end only)
+TEST_FREQ=${TEST_FREQ:-5}  # validate every N steps and at the end (-1: at the end only)
+ROLLOUT_ENGINE=${ROLLOUT_ENGINE:-vllm}  # vllm | sglang on GPUs (CPU mode: hf)
+ROLLOUT_TP=${ROLLOUT_TP:-2}  # tensor parallel size of the rollout engine (CPU mode: 1)
+GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}  # share of GPU memory vLLM / SGLang may take
+LORA_RANK=${LORA_RANK:-0}  # LoRA rank; 0 trains all weights (LoRA: GPU only, with launch.export_dir=none)
+JUDGE_MODEL_URL=${JUDGE_MODEL_URL:-}  # judge server base URL, e.g. http://judge-host:8888 (required; must answer GET /health)
+REWARD_MANAGER=${REWARD_MANAGER:-batch}  # batch: a step's answers go to the judge in one call | naive: one call per answer
+JUDGE_MAX_BATCH_SIZE=${JUDGE_MAX_BATCH_SIZE:-16}  # most answers in one POST /batch_judge
+JUDGE_MAX_CONCURRENT=${JUDGE_MAX_CONCURRENT:-32}  # most HTTP requests to the judge in flight at once
+JUDGE_TIMEOUT=${JUDGE_TIMEOUT:-30}  # seconds one HTTP attempt to the judge may take
+JUDGE_MAX_RETRIES=${JUDGE_MAX_RETRIES:-3}  # retries of a failed batch (timeouts, connection errors, 429, 5xx)
+JUDGE_FALLBACK_TO_RULE=${JUDGE_FALLBACK_TO_RULE:-true}  # true: the rules score what the judge cannot | false: the step fails
+ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-null}  # every step's answers with their reward and its source, as JSONL (null: off)
 
-recipe_validate() {
-    require_choice REWARD_MANAGER batch naive
-    REWARD_FUNCTION="${REWARD_FUNCTIONS[$REWARD_MANAGER]}"
-    GRPO_REWARD_MANAGER="$REWARD_MANAGER"
-    require_int JUDGE_MAX_BATCH_SIZE 1
-    require_int JUDGE_MAX_CONCURRENT 1
-    require_number JUDGE_TIMEOUT 0.001
-    require_int JUDGE_MAX_RETRIES 0
-    require_choice JUDGE_FALLBACK_TO_RULE true false
-    [[ -z "$ROLLOUT_DATA_DIR" ]] || make_absolute ROLLOUT_DATA_DIR
-    require_judge
-    if [[ "$RAY_MODE" == submit && -n "${JUDGE_MODEL_API_KEY:-}" ]]; then
-        note "JUDGE_MODEL_API_KEY is not sent with the Ray job (the command, its snapshot and the Ray dashboard" \
-             "would show it): the job's reward function reads it from the cluster's environment"
-    fi
-}
-
-require_judge() {
-    [[ -n "$JUDGE_MODEL_URL" ]] || die "JUDGE_MODEL_URL is not set: serve a judge (python -m serving --model" \
-        "JUDGE_DIR) and set JUDGE_MODEL_URL to its address, e.g. http://127.0.0.1:8888"
-    [[ "$JUDGE_MODEL_URL" =~ ^https?://[^/[:space:]]+(/[^[:space:]]*)?$ ]] \
-        || die "JUDGE_MODEL_URL must be a judge server's base URL like http://judge-host:8888, got '$JUDGE_MODEL_URL'"
-    JUDGE_MODEL_URL="${JUDGE_MODEL_URL%/}"
-    local answer
-    answer="$(judge_probe)" || die "JUDGE_MODEL_URL=$JUDGE_MODEL_URL: $answer"
-    note "judge at $JUDGE_MODEL_URL: $answer"
-}
-
-# The judge's identity from GET /health; a failure (no answer, not 200, a refused API key) as the reason,
-# with exit status 1. /metrics is the cheapest route that checks the key (/health never does).
-judge_probe() {
-    python - "$JUDGE_MODEL_URL" <<'PROBE'
-import json, os, sys, urllib.error, urllib.request
-
-url = sys.argv[1]
-try:
-    with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
-        health = json.load(response)
-except (OSError, ValueError) as err:
-    print(f"no judge server answers GET /health ({type(err).__name__}: {err}); start one with"
-          f" python -m serving --model JUDGE_DIR, or fix the address")
-    sys.exit(1)
-key = os.environ.get("JUDGE_MODEL_API_KEY", "")
-request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"} if key else {})
-try:
-    urllib.request.urlopen(request, timeout=10).close()
-except urllib.error.HTTPError as err:
-    if err.code in (401, 403):
-        print(f"the judge refuses JUDGE_MODEL_API_KEY (HTTP {err.code})" if key else
-              f"the judge requires an API key (HTTP {err.code}): set JUDGE_MODEL_API_KEY")
-        sys.exit(1)
-except OSError:
-    pass  # a judge server without /metrics: /health answered, the key cannot be checked beforehand
-print(f"{health.get('judge_kind')} judge {health.get('model_id')} ({health.get('backend')},"
-      f" version {health.get('model_version')})")
-PROBE
-}
-
-# Settings of the reward adapter as verl's reward_kwargs: they travel in the trainer's config, so they reach
-# the reward function in a local run and in a submitted job alike.
-recipe_overrides() {
-    local prefix=+custom_reward_function.reward_kwargs
-    echo "$prefix.judge_url=$JUDGE_MODEL_URL"
-    echo "$prefix.max_batch_size=$JUDGE_MAX_BATCH_SIZE"
-    echo "$prefix.max_concurrent_requests=$JUDGE_MAX_CONCURRENT"
-    echo "$prefix.timeout=$JUDGE_TIMEOUT"
-    echo "$prefix.max_retries=$JUDGE_MAX_RETRIES"
-    echo "$prefix.fallback_to_rule=$JUDGE_FALLBACK_TO_RULE"
-    if [[ -n "$ROLLOUT_DATA_DIR" ]]; then echo "trainer.rollout_data_dir=$ROLLOUT_DATA_DIR"; fi
-}
-
-source "$(dirname "${BASH_SOURCE[0]}")/../training_judge_model/grpo/common/grpo.sh"
+exec python -m training.launch policy-grpo "$0" \
+    actor_rollout_ref.model.path="$MODEL_PATH" data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
+    trainer.default_local_dir="$SAVE_DIR" launch.ray_address="$RAY_ADDRESS" launch.ray_mode="$RAY_MODE" \
+    trainer.nnodes="$NNODES" trainer.n_gpus_per_node="$N_GPUS_PER_NODE" data.train_batch_size="$TRAIN_BATCH_SIZE" \
+    actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE" \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE" \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_SIZE" \
+    actor_rollout_ref.rollout.n="$ROLLOUT_N" actor_rollout_ref.actor.kl_loss_coef="$KL_LOSS_COEF" \
+    actor_rollout_ref.actor.optim.lr="$LR" data.max_prompt_length="$MAX_PROMPT_LENGTH" \
+    data.max_response_length="$MAX_RESPONSE_LENGTH" trainer.total_epochs="$TOTAL_EPOCHS" \
+    trainer.total_training_steps="$TOTAL_TRAINING_STEPS" trainer.save_freq="$SAVE_FREQ" trainer.test_freq="$TEST_FREQ" \
+    actor_rollout_ref.rollout.name="$ROLLOUT_ENGINE" actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
+    actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION" \
+    actor_rollout_ref.model.lora_rank="$LORA_RANK" \
+    custom_reward_function.reward_kwargs.judge_url="$JUDGE_MODEL_URL" reward_model.reward_manager="$REWARD_MANAGER" \
+    custom_reward_function.reward_kwargs.max_batch_size="$JUDGE_MAX_BATCH_SIZE" \
+    custom_reward_function.reward_kwargs.max_concurrent_requests="$JUDGE_MAX_CONCURRENT" \
+    custom_reward_function.reward_kwargs.timeout="$JUDGE_TIMEOUT" custom_reward_function.reward_kwargs.max_retries="$JUDGE_MAX_RETRIES" \
+    custom_reward_function.reward_kwargs.fallback_to_rule="$JUDGE_FALLBACK_TO_RULE" trainer.rollout_data_dir="$ROLLOUT_DATA_DIR" \
+    "$@"

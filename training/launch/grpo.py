@@ -1,0 +1,387 @@
+"""The GRPO recipes: generative judges (grpo-pointwise, grpo-pairwise) and a policy whose reward is a running
+judge server (policy-grpo), all verl 0.6.1's PPO trainer in GRPO mode on Ray, then the export.
+
+Where the training runs (launch.ray_mode):
+  auto    a Ray job submitted to launch.ray_address when a cluster answers there; when nothing answers and
+          RAY_ADDRESS was not set, a private local Ray instance for this run (with a note); when it was set
+          and nothing answers, an error
+  submit  `ray job submit` to launch.ray_address, once the cluster declares the resources the run asks for
+  local   a private Ray instance inside the trainer (ray.init(address="local")), loopback only, single node
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from training.launch import ray_cluster
+from training.launch.checks import VERL_LOGGERS, Checker
+from training.launch.device import CPU_SITE_DIR, REPO_ROOT, training_dtype
+from training.launch.recipe import Command, KeyNames, LaunchError
+
+# verl's PPO trainer reads a frequency of -1 as "never"; the recipes read it as "at the end only" (as verl's SFT
+# trainer does), and the PPO trainer always saves and validates at its last step.
+AT_THE_END_ONLY = 2**31 - 1
+FREQUENCY_KEYS = ("trainer.save_freq", "trainer.test_freq")
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+EXPORT_DTYPES = {torch_name: name for name, torch_name in TORCH_DTYPES.items()}
+NO_EXPORT = "none"
+RAY_ADDRESS_PATTERN = re.compile(r"^https?://[^/\s]+/?$")
+JUDGE_URL_PATTERN = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+JUDGE_API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # never in the config: it would show in the snapshot and the Ray dashboard
+JUDGE_PROBE_TIMEOUT_S = 10
+
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+MODEL = "actor_rollout_ref.model"
+
+
+@dataclass(frozen=True)
+class GRPORecipe:
+    """verl's main_ppo in GRPO mode on the snapshot config, then `python -m training.export causal-lm`."""
+
+    name: str
+    config_name: str
+
+    def device_overlay(self, device: str) -> dict:
+        """CPU mode: one process, the Hugging Face rollout (sync mode, full weights, no tensor parallelism), sdpa
+        attention, padding kept, the training dtype of CPU mode, no dataloader workers, no reference offload."""
+        if device != "cpu":
+            return {}
+        dtype = training_dtype(device)
+        return {
+            "trainer.n_gpus_per_node": 1,
+            f"{ROLLOUT}.name": "hf",
+            f"{ROLLOUT}.load_format": "hf",
+            f"{ROLLOUT}.tensor_model_parallel_size": 1,
+            f"{MODEL}.use_remove_padding": False,
+            f"{MODEL}.override_config.attn_implementation": "sdpa",
+            f"{ACTOR}.fsdp_config.dtype": TORCH_DTYPES[dtype],
+            "actor_rollout_ref.ref.fsdp_config.dtype": TORCH_DTYPES[dtype],
+            "actor_rollout_ref.ref.fsdp_config.model_dtype": dtype,
+            "actor_rollout_ref.ref.fsdp_config.param_offload": False,
+            "data.dataloader_num_workers": 0,
+        }
+
+    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+        """Resolves launch.ray_mode (checking a cluster's declared resources before a submission) and makes the
+        paths absolute: a submitted job's processes do not start in this directory."""
+        notes = resolve_ray_mode(config, Checker(config, key_names))
+        make_paths_absolute(config)
+        return notes
+
+    def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        check = Checker(config, key_names)
+        check_inputs(check)
+        check_training(check)
+        check_device(check, config.trainer.device)
+        check_lora_export(check)
+        check_batch_shapes(check)
+
+    def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
+        commands = [train_command(config, snapshot_dir, self.name)]
+        if config.launch.export_dir != NO_EXPORT:
+            commands.append(export_command(config, self.name))
+        return commands
+
+
+@dataclass(frozen=True)
+class PolicyGRPORecipe(GRPORecipe):
+    """GRPO of a policy: the reward function is judge_rewards/verl_reward.py, scoring through a judge server."""
+
+    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+        check = Checker(config, key_names)
+        notes = super().prepare(config, key_names)
+        notes.append(probe_judge(config, check))
+        if config.launch.ray_mode == "submit" and os.environ.get(JUDGE_API_KEY_ENV):
+            notes.append(
+                f"{JUDGE_API_KEY_ENV} is not sent with the Ray job (the command, its snapshot and the Ray dashboard "
+                "would show it): the job's reward function reads it from the cluster's environment"
+            )
+        return notes
+
+    def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        super().validate(config, key_names)
+        check = Checker(config, key_names)
+        check.choice("reward_model.reward_manager", config.launch.reward_functions)
+        kwargs = "custom_reward_function.reward_kwargs"
+        check.integer(f"{kwargs}.max_batch_size", 1)
+        check.integer(f"{kwargs}.max_concurrent_requests", 1)
+        check.number(f"{kwargs}.timeout", 0.001)
+        check.integer(f"{kwargs}.max_retries", 0)
+        check.boolean(f"{kwargs}.fallback_to_rule")
+
+
+GRPO_RECIPES = (
+    GRPORecipe("grpo-pointwise", "grpo_pointwise"),
+    GRPORecipe("grpo-pairwise", "grpo_pairwise"),
+    PolicyGRPORecipe("policy-grpo", "policy_grpo"),
+)
+
+
+# --- where it runs -------------------------------------------------------------------------------------------
+
+
+def resolve_ray_mode(config: DictConfig, check: Checker) -> list[str]:
+    """auto -> submit or local, as the module docstring says; a submission first checks the cluster's resources."""
+    check.choice("launch.ray_mode", ("auto", "submit", "local"))
+    address = config.launch.ray_address
+    if not isinstance(address, str) or not RAY_ADDRESS_PATTERN.match(address):
+        check.fail("launch.ray_address", "must be a Ray dashboard address like http://127.0.0.1:8265")
+    nnodes = check.integer("trainer.nnodes", 1)
+    gpus_per_node = check.integer("trainer.n_gpus_per_node", 1)
+    notes = []
+    if config.launch.ray_mode == "auto":
+        mode, note = choose_ray_mode(address, check)
+        config.launch.ray_mode = mode
+        notes.append(note)
+    if config.launch.ray_mode == "submit":
+        if shutil.which("ray") is None:
+            raise LaunchError("the ray CLI is not on PATH (activate the environment verl is installed in)")
+        request = ray_cluster.ResourceRequest(nnodes, gpus_per_node, cpu_mode=config.trainer.device == "cpu")
+        ray_cluster.require_resources(address, request)
+    elif nnodes > 1:
+        check.fail("trainer.nnodes", f"more than one node needs a Ray cluster: start one and set {RAY_MODE_SUBMIT}")
+    return notes
+
+
+RAY_MODE_SUBMIT = "launch.ray_mode=submit (RAY_MODE=submit) and its launch.ray_address (RAY_ADDRESS)"
+
+
+def choose_ray_mode(address: str, check: Checker) -> tuple[str, str]:
+    """Submit when a cluster answers; else local, unless the address was given explicitly (RAY_ADDRESS set)."""
+    if ray_cluster.cluster_answers(address):
+        return "submit", f"a Ray cluster answers at {address}: submitting the training as a Ray job"
+    if not os.environ.get("RAY_ADDRESS"):
+        return "local", (
+            f"no Ray cluster answers at {address}: starting a local Ray instance for this run (start a cluster "
+            "first, or set RAY_MODE=submit, to submit instead)"
+        )
+    check.fail("launch.ray_address", "no Ray cluster answers there (ray status; or unset RAY_ADDRESS to run locally)")
+
+
+def make_paths_absolute(config: DictConfig) -> None:
+    """Data, save folder, export folder and a local model against this directory; the reward file against the
+    repository (the recipe YAMLs name it inside the repository)."""
+    for key in ("data.train_files", "data.val_files", "trainer.default_local_dir", "trainer.rollout_data_dir"):
+        _absolute(config, key, Path.cwd())
+    if Path(str(OmegaConf.select(config, f"{MODEL}.path"))).is_dir():
+        _absolute(config, f"{MODEL}.path", Path.cwd())
+    if not OmegaConf.is_interpolation(config.launch, "export_dir") and config.launch.export_dir != NO_EXPORT:
+        _absolute(config, "launch.export_dir", Path.cwd())
+    _absolute(config, "custom_reward_function.path", REPO_ROOT)
+
+
+def _absolute(config: DictConfig, key: str, base: Path) -> None:
+    value = OmegaConf.select(config, key)
+    if isinstance(value, str) and value:
+        OmegaConf.update(config, key, os.path.normpath(base / value))
+
+
+# --- checks ----------------------------------------------------------------------------------------------------
+
+
+def check_inputs(check: Checker) -> None:
+    check.model(f"{MODEL}.path")
+    check.existing_file("data.train_files")
+    check.existing_file("data.val_files")
+    check.nonempty("trainer.default_local_dir", "trainer.project_name", "trainer.experiment_name")
+
+
+def check_training(check: Checker) -> None:
+    for key in ("data.train_batch_size", f"{ACTOR}.ppo_mini_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu"):
+        check.integer(key, 1)
+    check.integer(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", 1)
+    check.integer("trainer.total_epochs", 1)
+    check.integer(f"{ROLLOUT}.tensor_model_parallel_size", 1)
+    check.integer(f"{MODEL}.lora_alpha", 1)
+    check.integer(f"{ROLLOUT}.n", 2)  # a group of one answer has no relative advantage
+    check.integer("data.max_prompt_length", 16)
+    check.integer("data.max_response_length", 8)
+    check.integer(f"{MODEL}.lora_rank", 0)
+    check.optional_integer("trainer.total_training_steps", 1)
+    for key in FREQUENCY_KEYS:
+        check.frequency(key)
+    check.number(f"{ACTOR}.kl_loss_coef")
+    check.number(f"{ACTOR}.optim.lr")
+    check.number(f"{ROLLOUT}.gpu_memory_utilization", 0.05, 1)
+    check.choice(f"{ACTOR}.strategy", ("fsdp", "fsdp2"))
+    for key in (
+        "trainer.val_before_train",
+        f"{MODEL}.enable_gradient_checkpointing",
+        f"{ACTOR}.fsdp_config.param_offload",
+    ):
+        check.boolean(key)
+    check.choice_list("trainer.logger", VERL_LOGGERS)
+    if "file" in check.value("trainer.logger"):
+        check.fail(
+            "trainer.logger",
+            "verl 0.6.1's file logger crashes on the PPO trainer's own tensor metrics (global_seqlen/*)",
+        )
+
+
+def check_device(check: Checker, device: str) -> None:
+    """CPU mode has the Hugging Face rollout only (full weights, one process); GPUs have vLLM or SGLang."""
+    if device == "cpu":
+        check.choice(f"{ROLLOUT}.name", ("hf",))
+        if check.value(f"{MODEL}.lora_rank"):
+            check.fail(f"{MODEL}.lora_rank", "the CPU-mode HF rollout takes full weights only; use 0")
+        if check.value(f"{ROLLOUT}.tensor_model_parallel_size") != 1:
+            check.fail(f"{ROLLOUT}.tensor_model_parallel_size", "the CPU-mode HF rollout is not tensor parallel; use 1")
+    else:
+        check.choice(f"{ROLLOUT}.name", ("vllm", "sglang"))
+        tensor_parallel = check.value(f"{ROLLOUT}.tensor_model_parallel_size")
+        check.multiple_of(
+            "trainer.n_gpus_per_node", tensor_parallel, check.key_names(f"{ROLLOUT}.tensor_model_parallel_size")
+        )
+
+
+def check_lora_export(check: Checker) -> None:
+    if check.value(f"{MODEL}.lora_rank") and check.value("launch.export_dir") != NO_EXPORT:
+        check.fail(
+            f"{MODEL}.lora_rank",
+            f"the export merges full-weight checkpoints only; set {check.key_names('launch.export_dir')} to none "
+            "(verl saves the adapter in PEFT format under global_step_N/actor/lora_adapter/ of the save folder)",
+        )
+
+
+def check_batch_shapes(check: Checker) -> None:
+    """Prompts per step split into updates; each update's answers split evenly over the GPUs, then into micro
+    batches."""
+    mini_batch = check.value(f"{ACTOR}.ppo_mini_batch_size")
+    check.multiple_of("data.train_batch_size", mini_batch, check.key_names(f"{ACTOR}.ppo_mini_batch_size"))
+    world_size = check.value("trainer.nnodes") * check.value("trainer.n_gpus_per_node")
+    answers_per_update = mini_batch * check.value(f"{ROLLOUT}.n")
+    if answers_per_update % world_size:
+        check.fail(
+            f"{ACTOR}.ppo_mini_batch_size",
+            f"its answers per update ({mini_batch} x {check.key_names(f'{ROLLOUT}.n')} = {answers_per_update}) "
+            f"must split evenly over the {world_size} GPUs ({check.key_names('trainer.nnodes')} x "
+            f"{check.key_names('trainer.n_gpus_per_node')})",
+        )
+    per_gpu = answers_per_update // world_size
+    micro_batch = check.value(f"{ACTOR}.ppo_micro_batch_size_per_gpu")
+    if per_gpu % micro_batch:
+        check.fail(
+            f"{ACTOR}.ppo_micro_batch_size_per_gpu",
+            f"must divide the {per_gpu} answers per GPU per update ({check.key_names(f'{ACTOR}.ppo_mini_batch_size')}"
+            f" x {check.key_names(f'{ROLLOUT}.n')} / GPUs)",
+        )
+
+
+# --- the judge of the policy recipe ----------------------------------------------------------------------------
+
+
+def probe_judge(config: DictConfig, check: Checker) -> str:
+    """The judge's identity from GET /health, and its API key checked with GET /metrics (the cheapest route behind
+    the key: /health never asks for it). Normalises the URL (no trailing slash)."""
+    key = "custom_reward_function.reward_kwargs.judge_url"
+    url = check.value(key)
+    if not url:
+        check.fail(
+            key,
+            "not set: serve a judge (python -m serving --model JUDGE_DIR) and set it to its address, e.g. http://127.0.0.1:8888",
+        )
+    if not isinstance(url, str) or not JUDGE_URL_PATTERN.match(url):
+        check.fail(key, "must be a judge server's base URL like http://judge-host:8888")
+    url = url.rstrip("/")
+    OmegaConf.update(config, key, url)
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=JUDGE_PROBE_TIMEOUT_S) as response:
+            health = json.load(response)
+    except (OSError, ValueError) as err:
+        check.fail(
+            key,
+            f"no judge server answers GET /health ({type(err).__name__}: {err}); start one with python -m serving "
+            "--model JUDGE_DIR, or fix the address",
+        )
+    api_key = os.environ.get(JUDGE_API_KEY_ENV, "")
+    request = urllib.request.Request(
+        f"{url}/metrics", headers={"Authorization": f"Bearer {api_key}"} if api_key else {}
+    )
+    try:
+        urllib.request.urlopen(request, timeout=JUDGE_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            problem = f"the judge refuses {JUDGE_API_KEY_ENV}" if api_key else "the judge requires an API key"
+            check.fail(key, f"{problem} (HTTP {err.code}): set {JUDGE_API_KEY_ENV} to the server's key")
+    except OSError:
+        pass  # a judge server without /metrics: /health answered, the key cannot be checked beforehand
+    return (
+        f"judge at {url}: {health.get('judge_kind')} judge {health.get('model_id')} ({health.get('backend')}, "
+        f"version {health.get('model_version')})"
+    )
+
+
+# --- commands --------------------------------------------------------------------------------------------------
+
+
+def train_command(config: DictConfig, snapshot_dir: Path, recipe_name: str) -> Command:
+    """verl's main_ppo on the snapshot, with the overrides that only this launch knows: a frequency of -1 as
+    verl reads "at the end only", and a local run's private Ray instance."""
+    trainer = [
+        "python", "-m", "verl.trainer.main_ppo", "--config-path", str(snapshot_dir), "--config-name", "config",
+        f"hydra.run.dir={snapshot_dir / 'hydra'}",
+    ]  # fmt: skip
+    trainer += [f"{key}={AT_THE_END_ONLY}" for key in FREQUENCY_KEYS if OmegaConf.select(config, key) == -1]
+    cpu_mode = config.trainer.device == "cpu"
+    if config.launch.ray_mode == "submit":
+        submission_id = f"judge-{recipe_name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+        runtime_env = json.dumps({"env_vars": job_environment(cpu_mode)})
+        submit = ["ray", "job", "submit", "--address", config.launch.ray_address, "--submission-id", submission_id]
+        return Command("train", [*submit, "--runtime-env-json", runtime_env, "--", *trainer], ray_cluster.job_cli_env())
+    return Command(
+        "train", ["env", "-u", "RAY_ADDRESS", *trainer, *local_ray_overrides(config)], local_ray_env(cpu_mode)
+    )
+
+
+def job_environment(cpu_mode: bool) -> dict[str, str]:
+    """A submitted job's processes start on the cluster, not from this launcher: they get this environment."""
+    if not cpu_mode:
+        return {"PYTHONPATH": str(REPO_ROOT)}
+    return {"PYTHONPATH": f"{CPU_SITE_DIR}:{REPO_ROOT}", "JUDGE_CPU_DTYPE": training_dtype("cpu")}
+
+
+def local_ray_env(cpu_mode: bool) -> dict[str, str]:
+    """Loopback only: nothing outside this machine needs to reach a private instance. The repository on
+    PYTHONPATH for the reward function (CPU mode: the core puts it there with the CPU fixes)."""
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    if not cpu_mode:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def local_ray_overrides(config: DictConfig) -> list[str]:
+    """ray.init(address="local") starts a new instance even where a cluster runs; without a dashboard, which
+    would listen on the default dashboard port, where another launcher in auto mode would take it for a cluster.
+    CPU mode declares the logical GPUs and the `cpu` resource verl's placement groups ask for."""
+    overrides = ["+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=false"]
+    if config.trainer.device == "cpu":
+        gpus = config.trainer.n_gpus_per_node
+        overrides += [
+            f"+ray_kwargs.ray_init.num_gpus={gpus}",
+            f"+ray_kwargs.ray_init.resources={{{ray_cluster.CPU_MODE_RESOURCE}:{gpus}}}",
+            f"ray_kwargs.ray_init.num_cpus={gpus + 3}",
+        ]
+    return overrides
+
+
+def export_command(config: DictConfig, recipe_name: str) -> Command:
+    """The last actor checkpoint as a Hugging Face model, in the dtype the actor trained in; what it records
+    (base model, train file) is what the training used."""
+    dtype = EXPORT_DTYPES[config.actor_rollout_ref.actor.fsdp_config.dtype]
+    argv = [
+        "python", "-m", "training.export", "causal-lm", config.trainer.default_local_dir, config.launch.export_dir,
+        "--dtype", dtype, "--recipe", recipe_name, "--base-model", config.actor_rollout_ref.model.path,
+        "--train-file", config.data.train_files, *config.launch.export_flags,
+    ]  # fmt: skip
+    return Command("export", [str(arg) for arg in argv])

@@ -1,0 +1,179 @@
+"""The SFT and Bradley-Terry recipes: verl's FSDP SFT trainer (SFT) and training.bt_trainer (its Bradley-Terry
+subclass) under torchrun, then an export of the final checkpoint that reads the values the training used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from training.launch.checks import VERL_LOGGERS, Checker
+from training.launch.device import training_dtype
+from training.launch.recipe import Command, KeyNames
+
+NO_EXPORT = "none"
+
+
+def torchrun_argv(config: DictConfig) -> list[str]:
+    """torchrun for trainer.nnodes x trainer.n_gpus_per_node processes; several nodes meet at launch.master_addr."""
+    processes = f"--nproc_per_node={config.trainer.n_gpus_per_node}"
+    if config.trainer.nnodes == 1:
+        return ["torchrun", "--standalone", "--nnodes=1", processes]
+    launch = config.launch
+    return [
+        "torchrun",
+        f"--nnodes={config.trainer.nnodes}",
+        f"--node_rank={launch.node_rank}",
+        processes,
+        f"--master_addr={launch.master_addr}",
+        f"--master_port={launch.master_port}",
+    ]
+
+
+def train_command(config: DictConfig, snapshot_dir: Path, module: str) -> Command:
+    """The trainer reads the launch's config snapshot, nothing else."""
+    snapshot = snapshot_dir.resolve()
+    argv = [*torchrun_argv(config), "-m", module, "--config-path", str(snapshot), "--config-name", "config"]
+    return Command("train", [*argv, f"hydra.run.dir={snapshot / 'hydra'}"])
+
+
+def export_wanted(config: DictConfig) -> bool:
+    """Node 0 exports, unless launch.export_dir is `none`."""
+    return config.launch.export_dir != NO_EXPORT and config.launch.node_rank == 0
+
+
+def export_argv(config: DictConfig, kind: str, recipe: str) -> list[str]:
+    """`python -m training.export KIND SAVE_DIR EXPORT_DIR ...` with the run's dtype, base model and train file."""
+    return [
+        *(
+            "python",
+            "-m",
+            "training.export",
+            kind,
+            str(config.trainer.default_local_dir),
+            str(config.launch.export_dir),
+        ),
+        *("--dtype", training_dtype(config.trainer.device), "--recipe", recipe),
+        *("--base-model", str(config.model.partial_pretrain), "--train-file", str(config.data.train_files)),
+    ]
+
+
+def check_sft_trainer(check: Checker) -> None:
+    """The settings every recipe on verl's FSDP SFT trainer reads."""
+    check.model("model.partial_pretrain")
+    check.existing_file("data.train_files")
+    check.existing_file("data.val_files")
+    check.nonempty("trainer.default_local_dir", "trainer.project_name", "trainer.experiment_name")
+    check.integer("data.train_batch_size", 1)
+    check.integer("data.micro_batch_size_per_gpu", 1)
+    check.integer("data.max_length", 8)
+    check.choice("data.truncation", ("left", "right", "error"))
+    check.number("optim.lr")
+    check.integer("trainer.total_epochs", 1)
+    check.optional_integer("trainer.total_training_steps", 1)
+    check.choice("model.strategy", ("fsdp", "fsdp2"))
+    check.boolean("model.enable_gradient_checkpointing")
+    check.frequency("trainer.save_freq")
+    check.frequency("trainer.test_freq")
+    check.choice_list("trainer.logger", VERL_LOGGERS)
+    check_torchrun(check)
+    if check.value("launch.export_dir") in (None, ""):
+        check.fail("launch.export_dir", f"must be a folder, or {NO_EXPORT} for no export")
+
+
+def check_torchrun(check: Checker) -> None:
+    nodes = check.integer("trainer.nnodes", 1)
+    check.integer("trainer.n_gpus_per_node", 1)
+    check.integer("launch.node_rank", 0)
+    if nodes > 1:
+        if not check.value("launch.master_addr"):
+            check.fail("launch.master_addr", f"must be set when {check.key_names('trainer.nnodes')} > 1")
+        if check.value("launch.node_rank") >= nodes:
+            check.fail("launch.node_rank", f"must be < {check.key_names('trainer.nnodes')} = {nodes}")
+        check.integer("launch.master_port", 1)
+
+
+def check_batch_split(check: Checker, data_parallel_ranks: int) -> None:
+    micro = check.value("data.micro_batch_size_per_gpu")
+    check.multiple_of(
+        "data.train_batch_size",
+        data_parallel_ranks * micro,
+        f"data-parallel ranks ({data_parallel_ranks}) x {check.key_names('data.micro_batch_size_per_gpu')} ({micro})",
+    )
+
+
+def world_size(config: DictConfig) -> int:
+    return config.trainer.nnodes * config.trainer.n_gpus_per_node
+
+
+@dataclass(frozen=True)
+class SftRecipe:
+    """verl's FSDP SFT trainer on multi-turn `messages`; exported as a generative judge."""
+
+    name: str = "sft"
+    config_name: str = "sft"
+
+    def device_overlay(self, device: str) -> dict:
+        if device == "cpu":  # one process per machine; no flash-attn, hence no padding removal nor sequence parallelism
+            return {"trainer.n_gpus_per_node": 1, "ulysses_sequence_parallel_size": 1, "use_remove_padding": False}
+        return {"use_remove_padding": True}
+
+    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+        return []
+
+    def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        check = Checker(config, key_names)
+        check_sft_trainer(check)
+        parallel = check.integer("ulysses_sequence_parallel_size", 1)
+        check.boolean("use_remove_padding")
+        if parallel > 1 and config.trainer.device == "cpu":
+            check.fail("ulysses_sequence_parallel_size", "sequence parallelism needs flash-attn on GPUs; use 1 on CPU")
+        if parallel > 1 and not config.use_remove_padding:
+            check.fail("ulysses_sequence_parallel_size", "sequence parallelism needs use_remove_padding=true")
+        if world_size(config) % parallel:
+            processes = f"{key_names('trainer.nnodes')} x {key_names('trainer.n_gpus_per_node')}"
+            check.fail(
+                "ulysses_sequence_parallel_size", f"must divide the processes, {processes} = {world_size(config)}"
+            )
+        check_batch_split(check, world_size(config) // parallel)
+
+    def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
+        commands = [train_command(config, snapshot_dir, "verl.trainer.fsdp_sft_trainer")]
+        if export_wanted(config):
+            commands.append(Command("export", export_argv(config, "causal-lm", self.name)))
+        return commands
+
+
+@dataclass(frozen=True)
+class BradleyTerryRecipe:
+    """training.bt_trainer on preference pairs; exported as a scalar judge calibrated on the validation pairs."""
+
+    name: str = "bradley-terry"
+    config_name: str = "bradley_terry"
+
+    def device_overlay(self, device: str) -> dict:
+        return {"trainer.n_gpus_per_node": 1} if device == "cpu" else {}  # CPU: one process uses every core
+
+    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+        return []
+
+    def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        check = Checker(config, key_names)
+        check_sft_trainer(check)
+        check.number("optim.weight_decay")
+        check.number("optim.lr_warmup_steps_ratio", 0, 1)
+        check.number("optim.clip_grad")
+        check.choice("optim.lr_scheduler", ("cosine", "wsd"))
+        check.choice("bt.margin_mode", ("none", "scaled", "offset"))
+        check_batch_split(check, world_size(config))
+
+    def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
+        commands = [train_command(config, snapshot_dir, "training.bt_trainer")]
+        if export_wanted(config):
+            calibration = [
+                *("--val-file", str(config.data.val_files), "--max-length", str(config.data.max_length)),
+                *("--truncation", config.data.truncation),
+            ]
+            commands.append(Command("export", export_argv(config, "scalar", self.name) + calibration))
+        return commands
