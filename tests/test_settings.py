@@ -157,7 +157,7 @@ def test_the_evaluation_readme_documents_its_own_flags():
     from evaluation.run import EvaluationOptions
 
     flags = flags_of((EvaluationOptions, HttpJudgeOptions))  # the in-process judge's are serving's (its README)
-    assert undocumented(flags, REPO_ROOT / "judge_rewards" / "README.md") == set()
+    assert undocumented(flags, REPO_ROOT / "evaluation" / "README.md") == set()
 
 
 def test_the_data_prep_readme_documents_every_flag():
