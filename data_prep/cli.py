@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from data_prep import base_models, helpsteer2, offline, rewardbench2
 from data_prep.records import DataError, UsageError
-from judge_rewards.settings import REQUIRED, Command, option, parse_command
+from judge_rewards.settings import REQUIRED, Command, option, run_command
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,4 @@ COMMANDS = (
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    command, configs = parse_command("python -m data_prep", __doc__, COMMANDS, argv)
-    try:
-        command.run(*configs)
-    except (DataError, UsageError, FileNotFoundError) as err:
-        raise SystemExit(f"{command.name}: {err}") from err
+    run_command("python -m data_prep", __doc__, COMMANDS, (DataError, UsageError, FileNotFoundError), argv)

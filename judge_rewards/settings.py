@@ -145,6 +145,18 @@ def parse_command(prog: str, description: str | None, commands: Sequence[Command
     return command, _configs_or_exit(subparser, command.config_classes, namespace)
 
 
+def run_command(
+    prog: str, description: str | None, commands: Sequence[Command], failures: tuple[type[Exception], ...], argv=None
+) -> None:
+    """Parse the subcommand and run it; an exception of `failures` (bad input, a missing file) ends the command
+    with its message instead of a traceback."""
+    command, configs = parse_command(prog, description, commands, argv)
+    try:
+        command.run(*configs)
+    except failures as err:
+        raise SystemExit(f"{command.name}: {err}") from err
+
+
 def _configs_or_exit(parser: argparse.ArgumentParser, config_classes: Sequence[type], namespace) -> tuple:
     try:
         return tuple(from_arguments(config_class, namespace) for config_class in config_classes)

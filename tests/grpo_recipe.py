@@ -91,7 +91,7 @@ def launch_in_python(mode: str, *args: str, env: dict[str, str], monkeypatch) ->
     script = LAUNCHERS[mode]
     composition = composed(script, *args, **env)
     recipe = RECIPES[read_launcher_script(script).recipe]
-    notes = recipe.prepare(composition.config, composition.key_names)
+    notes = recipe.prepare(composition.config, composition.key_names, composition.given)
     recipe.validate(composition.config, composition.key_names)
     snapshot_dir = Path(composition.config.trainer.default_local_dir) / "launch"
     return Launch(composition.config, notes, recipe.commands(composition.config, snapshot_dir))

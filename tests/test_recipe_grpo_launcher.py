@@ -346,6 +346,14 @@ def test_auto_refuses_a_set_address_where_nothing_answers(data_files, monkeypatc
     assert message.startswith(f"launch.ray_address (RAY_ADDRESS) = {address}: no Ray cluster answers there")
 
 
+def test_auto_refuses_an_address_given_as_an_argument_where_nothing_answers(data_files, monkeypatch):
+    """An address from the command line (or a --config file) is as deliberate as RAY_ADDRESS: no silent local run."""
+    address = closed_port_address()
+    env = launcher_env(**data_files)
+    message = launch_error("pointwise", f"launch.ray_address={address}", env=env, monkeypatch=monkeypatch)
+    assert message.startswith(f"launch.ray_address (RAY_ADDRESS) = {address}: no Ray cluster answers there")
+
+
 def test_auto_without_an_address_runs_locally_when_the_default_is_silent(data_files, monkeypatch):
     with socket.socket() as sock:
         if sock.connect_ex(("127.0.0.1", 8265)) == 0:

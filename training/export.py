@@ -34,7 +34,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from judge_rewards.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
-from judge_rewards.settings import REQUIRED, Command, option, parse_command
+from judge_rewards.settings import REQUIRED, Command, option, run_command
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 HF_SUBDIR = "huggingface"  # where verl's checkpoint manager saves the config and tokenizer
@@ -403,11 +403,8 @@ COMMANDS = (
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    command, configs = parse_command("python -m training.export", __doc__, COMMANDS, argv)
-    try:
-        command.run(*configs)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
-        raise SystemExit(f"export: {err}") from err
+    failures = (FileNotFoundError, FileExistsError, ValueError)
+    run_command("python -m training.export", __doc__, COMMANDS, failures, argv)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,10 @@ class Composition:
         names = [knob.name for knob in self.knobs if knob.key == key]
         return f"{key} ({', '.join(names)})" if names else key
 
+    def given(self, key: str) -> bool:
+        """Whether the environment, the --config file or an argument set the key (not a default)."""
+        return self.sources.get(key, SCRIPT_DEFAULT) not in (SCRIPT_DEFAULT, f"{self.device} default")
+
 
 def parse_arguments(arguments: list[str]) -> LaunchRequest:
     dry_run = want_help = False
@@ -311,7 +315,7 @@ def launch(argv: list[str], recipes: Mapping[str, Recipe], environ: Mapping[str,
         composition.notes.insert(
             0, "CPU mode (gloo, sdpa, fp32 unless JUDGE_CPU_DTYPE says bf16): training/cpu_compat.py"
         )
-    composition.notes.extend(recipe.prepare(composition.config, composition.key_names))
+    composition.notes.extend(recipe.prepare(composition.config, composition.key_names, composition.given))
     recipe.validate(composition.config, composition.key_names)
     snapshot_dir = Path(composition.config.trainer.default_local_dir) / SNAPSHOT_SUBDIR
     commands = recipe.commands(composition.config, snapshot_dir)

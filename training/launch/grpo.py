@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from training.launch import ray_cluster
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import CPU_SITE_DIR, REPO_ROOT, training_dtype
-from training.launch.recipe import Command, KeyNames, LaunchError
+from training.launch.recipe import Command, Given, KeyNames, LaunchError
 
 # verl's PPO trainer reads a frequency of -1 as "never"; the recipes read it as "at the end only" (as verl's SFT
 # trainer does), and the PPO trainer always saves and validates at its last step.
@@ -72,10 +72,10 @@ class GRPORecipe:
             "data.dataloader_num_workers": 0,
         }
 
-    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         """Resolves launch.ray_mode (checking a cluster's declared resources before a submission) and makes the
         paths absolute: a submitted job's processes do not start in this directory."""
-        notes = resolve_ray_mode(config, Checker(config, key_names))
+        notes = resolve_ray_mode(config, Checker(config, key_names), address_given=given("launch.ray_address"))
         make_paths_absolute(config)
         return notes
 
@@ -98,9 +98,9 @@ class GRPORecipe:
 class PolicyGRPORecipe(GRPORecipe):
     """GRPO of a policy: the reward function is judge_rewards/verl_reward.py, scoring through a judge server."""
 
-    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         check = Checker(config, key_names)
-        notes = super().prepare(config, key_names)
+        notes = super().prepare(config, key_names, given)
         notes.append(probe_judge(config, check))
         if config.launch.ray_mode == "submit" and os.environ.get(JUDGE_API_KEY_ENV):
             notes.append(
@@ -131,7 +131,7 @@ GRPO_RECIPES = (
 # --- where it runs -------------------------------------------------------------------------------------------
 
 
-def resolve_ray_mode(config: DictConfig, check: Checker) -> list[str]:
+def resolve_ray_mode(config: DictConfig, check: Checker, address_given: bool) -> list[str]:
     """auto -> submit or local, as the module docstring says; a submission first checks the cluster's resources."""
     check.choice("launch.ray_mode", ("auto", "submit", "local"))
     address = config.launch.ray_address
@@ -141,7 +141,7 @@ def resolve_ray_mode(config: DictConfig, check: Checker) -> list[str]:
     gpus_per_node = check.integer("trainer.n_gpus_per_node", 1)
     notes = []
     if config.launch.ray_mode == "auto":
-        mode, note = choose_ray_mode(address, check)
+        mode, note = choose_ray_mode(address, address_given, check)
         config.launch.ray_mode = mode
         notes.append(note)
     if config.launch.ray_mode == "submit":
@@ -157,11 +157,11 @@ def resolve_ray_mode(config: DictConfig, check: Checker) -> list[str]:
 RAY_MODE_SUBMIT = "launch.ray_mode=submit (RAY_MODE=submit) and its launch.ray_address (RAY_ADDRESS)"
 
 
-def choose_ray_mode(address: str, check: Checker) -> tuple[str, str]:
-    """Submit when a cluster answers; else local, unless the address was given explicitly (RAY_ADDRESS set)."""
+def choose_ray_mode(address: str, address_given: bool, check: Checker) -> tuple[str, str]:
+    """Submit when a cluster answers; else local, unless the address was given (RAY_ADDRESS, --config, argument)."""
     if ray_cluster.cluster_answers(address):
         return "submit", f"a Ray cluster answers at {address}: submitting the training as a Ray job"
-    if not os.environ.get("RAY_ADDRESS"):
+    if not address_given:
         return "local", (
             f"no Ray cluster answers at {address}: starting a local Ray instance for this run (start a cluster "
             "first, or set RAY_MODE=submit, to submit instead)"

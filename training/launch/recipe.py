@@ -33,6 +33,8 @@ class LaunchError(Exception):
 
 # The config key as a user knows it: "data.train_batch_size (TRAIN_BATCH_SIZE)" when a knob sets it.
 KeyNames = Callable[[str], str]
+# Whether the user gave the key's value (the environment, --config or an argument), not a default.
+Given = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Recipe(Protocol):
     def device_overlay(self, device: str) -> dict:
         """Dotted keys -> values: defaults for `device` ("cpu" | "cuda"), layer 3."""
 
-    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         """Checks against the outside world (a Ray cluster's resources, a judge's /health); may set launch.*
         values they resolve. Returns notes for the launch output; raises LaunchError."""
 

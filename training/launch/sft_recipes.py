@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import training_dtype
-from training.launch.recipe import Command, KeyNames
+from training.launch.recipe import Command, Given, KeyNames
 
 NO_EXPORT = "none"
 
@@ -119,7 +119,7 @@ class SftRecipe:
             return {"trainer.n_gpus_per_node": 1, "ulysses_sequence_parallel_size": 1, "use_remove_padding": False}
         return {"use_remove_padding": True}
 
-    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         return []
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
@@ -155,7 +155,7 @@ class BradleyTerryRecipe:
     def device_overlay(self, device: str) -> dict:
         return {"trainer.n_gpus_per_node": 1} if device == "cpu" else {}  # CPU: one process uses every core
 
-    def prepare(self, config: DictConfig, key_names: KeyNames) -> list[str]:
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         return []
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
