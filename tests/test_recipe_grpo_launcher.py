@@ -206,13 +206,6 @@ KNOB_EFFECTS = [
     ({"TRAIN_BATCH_SIZE": "48"}, {"data.train_batch_size": 48}),
     ({"PPO_MINI_BATCH_SIZE": "12"}, {f"{ACTOR}.ppo_mini_batch_size": 12}),
     ({"MICRO_BATCH_SIZE": "2"}, {f"{ACTOR}.ppo_micro_batch_size_per_gpu": 2}),
-    (
-        {"LOG_PROB_MICRO_BATCH_SIZE": "8"},
-        {
-            f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": 8,
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
-        },
-    ),
     ({"ROLLOUT_N": "8"}, {f"{ROLLOUT}.n": 8}),
     ({"KL_LOSS_COEF": "0.02"}, {f"{ACTOR}.kl_loss_coef": 0.02}),
     ({"LR": "3e-6"}, {f"{ACTOR}.optim.lr": 3e-6}),
@@ -221,19 +214,47 @@ KNOB_EFFECTS = [
     ({"TOTAL_EPOCHS": "3"}, {"trainer.total_epochs": 3}),
     ({"TOTAL_TRAINING_STEPS": "7"}, {"trainer.total_training_steps": 7}),
     ({"SAVE_FREQ": "10", "TEST_FREQ": "2"}, {"trainer.save_freq": 10, "trainer.test_freq": 2}),
-    ({"ROLLOUT_ENGINE": "sglang"}, {f"{ROLLOUT}.name": "sglang"}),
-    ({"ROLLOUT_TP": "4"}, {f"{ROLLOUT}.tensor_model_parallel_size": 4}),
-    ({"GPU_MEMORY_UTILIZATION": "0.8"}, {f"{ROLLOUT}.gpu_memory_utilization": 0.8}),
-    ({"LORA_RANK": "16"}, {"actor_rollout_ref.model.lora_rank": 16, "launch.export_dir": "none"}),
     ({"SAVE_DIR": "/tmp/grpo-save"}, {"trainer.default_local_dir": "/tmp/grpo-save"}),
 ]
 
 
 @pytest.mark.parametrize("knobs, expected", KNOB_EFFECTS, ids=[",".join(k) for k, _ in KNOB_EFFECTS])
 def test_every_knob_takes_effect(data_files, monkeypatch, knobs, expected):
-    args = ["launch.export_dir=none"] if "LORA_RANK" in knobs else []
-    launch = gpu_launch(data_files, monkeypatch, *args, **knobs)
+    launch = gpu_launch(data_files, monkeypatch, **knobs)
     assert {key: value(launch, key) for key in expected} == expected
+
+
+def test_the_rollout_settings_without_knobs_are_the_recipe_yamls_and_overridable(data_files, monkeypatch):
+    defaults = gpu_launch(data_files, monkeypatch)
+    assert {
+        key: value(defaults, key)
+        for key in (
+            f"{ROLLOUT}.name",
+            f"{ROLLOUT}.tensor_model_parallel_size",
+            f"{ROLLOUT}.gpu_memory_utilization",
+            f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.model.lora_rank",
+        )
+    } == {
+        f"{ROLLOUT}.name": "vllm",
+        f"{ROLLOUT}.tensor_model_parallel_size": 2,
+        f"{ROLLOUT}.gpu_memory_utilization": 0.6,
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.model.lora_rank": 0,
+    }
+    changed = gpu_launch(
+        data_files,
+        monkeypatch,
+        f"{ROLLOUT}.name=sglang",
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.model.lora_rank=16",
+        "launch.export_dir=none",
+    )
+    assert value(changed, f"{ROLLOUT}.name") == "sglang"
+    assert value(changed, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu") == 8  # follows the rollout's
+    assert value(changed, "actor_rollout_ref.model.lora_rank") == 16
 
 
 def test_a_frequency_of_minus_one_means_at_the_end_only(data_files, monkeypatch):
@@ -395,13 +416,10 @@ BAD_SETTINGS = [
         {"MICRO_BATCH_SIZE": "5", "PPO_MINI_BATCH_SIZE": "4", "TRAIN_BATCH_SIZE": "4"},
         f"{ACTOR}.ppo_micro_batch_size_per_gpu (MICRO_BATCH_SIZE) = 5: must divide the 16 answers",
     ),
-    ({"LORA_RANK": "8"}, "actor_rollout_ref.model.lora_rank (LORA_RANK) = 8: the CPU-mode HF rollout"),
-    ({"ROLLOUT_ENGINE": "vllm"}, f"{ROLLOUT}.name (ROLLOUT_ENGINE) = vllm: must be one of: hf"),
     ({"RAY_ADDRESS": "127.0.0.1:8265"}, "launch.ray_address (RAY_ADDRESS) = 127.0.0.1:8265: must be a Ray dashboard"),
     ({"RAY_MODE": "cluster"}, "launch.ray_mode (RAY_MODE) = cluster: must be one of: auto, submit, local"),
     ({"NNODES": "2"}, "trainer.nnodes (NNODES) = 2: more than one node needs a Ray cluster"),
     ({"SAVE_FREQ": "0"}, "trainer.save_freq (SAVE_FREQ) = 0: must be -1 or an integer >= 1"),
-    ({"GPU_MEMORY_UTILIZATION": "1.5"}, f"{ROLLOUT}.gpu_memory_utilization (GPU_MEMORY_UTILIZATION) = 1.5: must be"),
     ({"MODEL_PATH": "./no/such/model"}, "actor_rollout_ref.model.path (MODEL_PATH) = ./no/such/model: not a model"),
     ({"TRAIN_FILE": "/no/such/train.parquet"}, "data.train_files (TRAIN_FILE) = /no/such/train.parquet: no such file"),
 ]
@@ -415,6 +433,19 @@ def test_bad_knobs_stop_before_anything_starts(data_files, monkeypatch, knobs, m
         env=launcher_env(**{"RAY_MODE": "local", **data_files, **knobs}),
         monkeypatch=monkeypatch,
     )
+
+
+BAD_OVERRIDES = [
+    ("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_rank = 8: the CPU-mode HF rollout"),
+    (f"{ROLLOUT}.name=vllm", f"{ROLLOUT}.name = vllm: must be one of: hf"),
+    (f"{ROLLOUT}.gpu_memory_utilization=1.5", f"{ROLLOUT}.gpu_memory_utilization = 1.5: must be"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_OVERRIDES, ids=[o.partition("=")[0] for o, _ in BAD_OVERRIDES])
+def test_bad_settings_without_knobs_stop_before_anything_starts(data_files, monkeypatch, override, message):
+    env = launcher_env(RAY_MODE="local", **data_files)
+    assert message in launch_error("pointwise", "trainer.device=cpu", override, env=env, monkeypatch=monkeypatch)
 
 
 def test_an_override_of_a_checked_key_is_refused_with_the_knobs_message(data_files, monkeypatch):
@@ -460,7 +491,8 @@ def test_lora_runs_are_not_exported(data_files, monkeypatch):
     message = launch_error(
         "pointwise",
         "trainer.device=cuda",
-        env=launcher_env(RAY_MODE="local", LORA_RANK="16", **data_files),
+        "actor_rollout_ref.model.lora_rank=16",
+        env=launcher_env(RAY_MODE="local", **data_files),
         monkeypatch=monkeypatch,
     )
     assert "set launch.export_dir to none" in message
@@ -470,7 +502,8 @@ def test_gpu_rollout_tp_must_divide_the_gpus(data_files, monkeypatch):
     message = launch_error(
         "pointwise",
         "trainer.device=cuda",
-        env=launcher_env(RAY_MODE="local", ROLLOUT_TP="3", **data_files),
+        f"{ROLLOUT}.tensor_model_parallel_size=3",
+        env=launcher_env(RAY_MODE="local", **data_files),
         monkeypatch=monkeypatch,
     )
     assert message.startswith("trainer.n_gpus_per_node (N_GPUS_PER_NODE) = 8: must be a multiple of")

@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# GRPO of a POLICY whose reward is a running judge server: every answer the policy samples is scored by the
-# judge at JUDGE_MODEL_URL through judge_rewards/verl_reward.py (batched HTTP, cache, retries, circuit
-# breaker, rule fallback; each reward says whether the judge or the rules gave it).
-#
+# GRPO of a POLICY whose reward is a running judge server (judge_rewards/verl_reward.py: batched HTTP, cache,
+# retries, circuit breaker, rule fallback; each reward says whether the judge or the rules gave it).
 #   bash cookbooks/rl_with_judge_reward/run_policy_grpo.sh [--dry-run] [--config FILE.yaml] [--help] [key=value ...]
-#
-# Serve a judge first (python -m serving --model JUDGE_DIR) and set JUDGE_MODEL_URL: the launcher checks GET
-# $JUDGE_MODEL_URL/health before anything starts. JUDGE_MODEL_API_KEY (optional) is the judge server's key; it
-# is read from the environment, never printed or saved (a Ray cluster needs it in its own environment).
-# Defaults are the GPU recipe's (Qwen3-8B, 8 GPUs, vLLM); without a GPU it runs in CPU mode. Laptop runs:
-# configs/cpu_smollm2.yaml, configs/cpu_tiny.yaml. Every other setting: training/configs/policy_grpo.yaml.
+# Serve a judge first (python -m serving --model JUDGE_DIR); its GET /health is checked before anything starts.
+# JUDGE_MODEL_API_KEY (optional) is read from the environment, never printed or saved. Defaults: the GPU recipe's
+# (Qwen3-8B, 8 GPUs, vLLM); CPU mode without a GPU. Laptop runs: configs/cpu_smollm2.yaml, configs/cpu_tiny.yaml;
+# every other setting: training/configs/policy_grpo.yaml. See README.md.
 set -euo pipefail
 
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}  # base model: HF directory or hub id
@@ -23,7 +19,6 @@ N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}  # GPUs per node (CPU mode: 1 worker proce
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-96}  # prompts per step (each gets ROLLOUT_N answers)
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-24}  # prompts per optimizer update (divides TRAIN_BATCH_SIZE)
 MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}  # answers per GPU per forward/backward of the update
-LOG_PROB_MICRO_BATCH_SIZE=${LOG_PROB_MICRO_BATCH_SIZE:-2}  # answers per GPU per log-prob pass (old and reference policy)
 ROLLOUT_N=${ROLLOUT_N:-4}  # answers sampled per prompt (the GRPO group)
 KL_LOSS_COEF=${KL_LOSS_COEF:-0.001}  # weight of the low-variance KL loss to the reference model
 LR=${LR:-1e-6}  # actor learning rate
@@ -33,10 +28,6 @@ TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}  # epochs over TRAIN_FILE
 TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}  # stop after this many steps (null: all epochs)
 SAVE_FREQ=${SAVE_FREQ:-5}  # checkpoint every N steps and at the end (-1: at the end only)
 TEST_FREQ=${TEST_FREQ:-5}  # validate every N steps and at the end (-1: at the end only)
-ROLLOUT_ENGINE=${ROLLOUT_ENGINE:-vllm}  # vllm | sglang on GPUs (CPU mode: hf)
-ROLLOUT_TP=${ROLLOUT_TP:-2}  # tensor parallel size of the rollout engine (CPU mode: 1)
-GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}  # share of GPU memory vLLM / SGLang may take
-LORA_RANK=${LORA_RANK:-0}  # LoRA rank; 0 trains all weights (LoRA: GPU only, with launch.export_dir=none)
 JUDGE_MODEL_URL=${JUDGE_MODEL_URL:-}  # judge server base URL, e.g. http://judge-host:8888 (required; must answer GET /health)
 REWARD_MANAGER=${REWARD_MANAGER:-batch}  # batch: a step's answers go to the judge in one call | naive: one call per answer
 JUDGE_MAX_BATCH_SIZE=${JUDGE_MAX_BATCH_SIZE:-16}  # most answers in one POST /batch_judge
@@ -52,17 +43,16 @@ exec python -m training.launch policy-grpo "$0" \
     trainer.nnodes="$NNODES" trainer.n_gpus_per_node="$N_GPUS_PER_NODE" data.train_batch_size="$TRAIN_BATCH_SIZE" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE" \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE" \
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_SIZE" \
     actor_rollout_ref.rollout.n="$ROLLOUT_N" actor_rollout_ref.actor.kl_loss_coef="$KL_LOSS_COEF" \
     actor_rollout_ref.actor.optim.lr="$LR" data.max_prompt_length="$MAX_PROMPT_LENGTH" \
     data.max_response_length="$MAX_RESPONSE_LENGTH" trainer.total_epochs="$TOTAL_EPOCHS" \
-    trainer.total_training_steps="$TOTAL_TRAINING_STEPS" trainer.save_freq="$SAVE_FREQ" trainer.test_freq="$TEST_FREQ" \
-    actor_rollout_ref.rollout.name="$ROLLOUT_ENGINE" actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
-    actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION" \
-    actor_rollout_ref.model.lora_rank="$LORA_RANK" \
-    custom_reward_function.reward_kwargs.judge_url="$JUDGE_MODEL_URL" reward_model.reward_manager="$REWARD_MANAGER" \
+    trainer.total_training_steps="$TOTAL_TRAINING_STEPS" trainer.save_freq="$SAVE_FREQ" \
+    trainer.test_freq="$TEST_FREQ" custom_reward_function.reward_kwargs.judge_url="$JUDGE_MODEL_URL" \
+    reward_model.reward_manager="$REWARD_MANAGER" \
     custom_reward_function.reward_kwargs.max_batch_size="$JUDGE_MAX_BATCH_SIZE" \
     custom_reward_function.reward_kwargs.max_concurrent_requests="$JUDGE_MAX_CONCURRENT" \
-    custom_reward_function.reward_kwargs.timeout="$JUDGE_TIMEOUT" custom_reward_function.reward_kwargs.max_retries="$JUDGE_MAX_RETRIES" \
-    custom_reward_function.reward_kwargs.fallback_to_rule="$JUDGE_FALLBACK_TO_RULE" trainer.rollout_data_dir="$ROLLOUT_DATA_DIR" \
+    custom_reward_function.reward_kwargs.timeout="$JUDGE_TIMEOUT" \
+    custom_reward_function.reward_kwargs.max_retries="$JUDGE_MAX_RETRIES" \
+    custom_reward_function.reward_kwargs.fallback_to_rule="$JUDGE_FALLBACK_TO_RULE" \
+    trainer.rollout_data_dir="$ROLLOUT_DATA_DIR" \
     "$@"

@@ -20,7 +20,6 @@ N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}  # GPUs per node (CPU mode: 1 worker proce
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-96}  # prompts per step (each gets ROLLOUT_N answers)
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-24}  # prompts per optimizer update (divides TRAIN_BATCH_SIZE)
 MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}  # answers per GPU per forward/backward of the update
-LOG_PROB_MICRO_BATCH_SIZE=${LOG_PROB_MICRO_BATCH_SIZE:-2}  # answers per GPU per log-prob pass (old and reference policy)
 ROLLOUT_N=${ROLLOUT_N:-4}  # answers sampled per prompt (the GRPO group)
 KL_LOSS_COEF=${KL_LOSS_COEF:-0.001}  # weight of the low-variance KL loss to the reference model
 LR=${LR:-1e-6}  # actor learning rate
@@ -30,10 +29,6 @@ TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}  # epochs over TRAIN_FILE
 TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}  # stop after this many steps (null: all epochs)
 SAVE_FREQ=${SAVE_FREQ:-5}  # checkpoint every N steps and at the end (-1: at the end only)
 TEST_FREQ=${TEST_FREQ:-5}  # validate every N steps and at the end (-1: at the end only)
-ROLLOUT_ENGINE=${ROLLOUT_ENGINE:-vllm}  # vllm | sglang on GPUs (CPU mode: hf)
-ROLLOUT_TP=${ROLLOUT_TP:-2}  # tensor parallel size of the rollout engine (CPU mode: 1)
-GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}  # share of GPU memory vLLM / SGLang may take
-LORA_RANK=${LORA_RANK:-0}  # LoRA rank; 0 trains all weights (LoRA: GPU only, with launch.export_dir=none)
 
 exec python -m training.launch grpo-pairwise "$0" \
     actor_rollout_ref.model.path="$MODEL_PATH" data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
@@ -41,12 +36,9 @@ exec python -m training.launch grpo-pairwise "$0" \
     trainer.nnodes="$NNODES" trainer.n_gpus_per_node="$N_GPUS_PER_NODE" data.train_batch_size="$TRAIN_BATCH_SIZE" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE" \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE" \
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$LOG_PROB_MICRO_BATCH_SIZE" \
     actor_rollout_ref.rollout.n="$ROLLOUT_N" actor_rollout_ref.actor.kl_loss_coef="$KL_LOSS_COEF" \
     actor_rollout_ref.actor.optim.lr="$LR" data.max_prompt_length="$MAX_PROMPT_LENGTH" \
     data.max_response_length="$MAX_RESPONSE_LENGTH" trainer.total_epochs="$TOTAL_EPOCHS" \
-    trainer.total_training_steps="$TOTAL_TRAINING_STEPS" trainer.save_freq="$SAVE_FREQ" trainer.test_freq="$TEST_FREQ" \
-    actor_rollout_ref.rollout.name="$ROLLOUT_ENGINE" actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \
-    actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION" \
-    actor_rollout_ref.model.lora_rank="$LORA_RANK" \
+    trainer.total_training_steps="$TOTAL_TRAINING_STEPS" trainer.save_freq="$SAVE_FREQ" \
+    trainer.test_freq="$TEST_FREQ" \
     "$@"
