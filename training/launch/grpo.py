@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from training.launch import ray_cluster
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import CPU_SITE_DIR, REPO_ROOT, training_dtype
-from training.launch.recipe import Command, Given, KeyNames, LaunchError
+from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, LaunchError, export_command
 
 # verl's PPO trainer reads a frequency of -1 as "never"; the recipes read it as "at the end only" (as verl's SFT
 # trainer does), and the PPO trainer always saves and validates at its last step.
@@ -34,7 +34,6 @@ AT_THE_END_ONLY = 2**31 - 1
 FREQUENCY_KEYS = ("trainer.save_freq", "trainer.test_freq")
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 EXPORT_DTYPES = {torch_name: name for name, torch_name in TORCH_DTYPES.items()}
-NO_EXPORT = "none"
 RAY_ADDRESS_PATTERN = re.compile(r"^https?://[^/\s]+/?$")
 JUDGE_URL_PATTERN = re.compile(r"^https?://[^/\s]+(/\S*)?$")
 JUDGE_API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # never in the config: it would show in the snapshot and the Ray dashboard
@@ -90,7 +89,7 @@ class GRPORecipe:
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
         commands = [train_command(config, snapshot_dir, self.name)]
         if config.launch.export_dir != NO_EXPORT:
-            commands.append(export_command(config, self.name))
+            commands.append(export(config, self.name))
         return commands
 
 
@@ -375,13 +374,12 @@ def local_ray_overrides(config: DictConfig) -> list[str]:
     return overrides
 
 
-def export_command(config: DictConfig, recipe_name: str) -> Command:
+def export(config: DictConfig, recipe_name: str) -> Command:
     """The last actor checkpoint as a Hugging Face model, in the dtype the actor trained in; what it records
     (base model, train file) is what the training used."""
-    dtype = EXPORT_DTYPES[config.actor_rollout_ref.actor.fsdp_config.dtype]
-    argv = [
-        "python", "-m", "training.export", "causal-lm", config.trainer.default_local_dir, config.launch.export_dir,
-        "--dtype", dtype, "--recipe", recipe_name, "--base-model", config.actor_rollout_ref.model.path,
-        "--train-file", config.data.train_files, *config.launch.export_flags,
-    ]  # fmt: skip
-    return Command("export", [str(arg) for arg in argv])
+    command = export_command(
+        "causal-lm", recipe_name, config.trainer.default_local_dir, config.launch.export_dir,
+        EXPORT_DTYPES[config.actor_rollout_ref.actor.fsdp_config.dtype], config.actor_rollout_ref.model.path,
+        config.data.train_files,
+    )  # fmt: skip
+    return Command(command.name, command.argv + [str(flag) for flag in config.launch.export_flags])

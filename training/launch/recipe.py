@@ -46,6 +46,17 @@ class Command:
     env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
 
 
+NO_EXPORT = "none"  # launch.export_dir of a run that is not exported
+
+
+def export_command(kind: str, recipe: str, save_dir, export_dir, dtype: str, base_model, train_file) -> Command:
+    """`python -m training.export KIND SAVE_DIR EXPORT_DIR ...`: the final checkpoint with the values the training
+    used (its dtype, base model and train file, recorded in the export)."""
+    argv = ["python", "-m", "training.export", kind, save_dir, export_dir, "--dtype", dtype, "--recipe", recipe]
+    argv += ["--base-model", base_model, "--train-file", train_file]
+    return Command("export", [str(argument) for argument in argv])
+
+
 class Recipe(Protocol):
     name: str  # in messages and the snapshot: "sft", "bradley-terry", "grpo-pointwise", "grpo-pairwise", "policy-grpo"
     config_name: str  # the recipe YAML under training/configs/

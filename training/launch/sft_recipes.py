@@ -10,9 +10,7 @@ from omegaconf import DictConfig
 
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import training_dtype
-from training.launch.recipe import Command, Given, KeyNames
-
-NO_EXPORT = "none"
+from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, export_command
 
 
 def torchrun_argv(config: DictConfig) -> list[str]:
@@ -43,20 +41,13 @@ def export_wanted(config: DictConfig) -> bool:
     return config.launch.export_dir != NO_EXPORT and config.launch.node_rank == 0
 
 
-def export_argv(config: DictConfig, kind: str, recipe: str) -> list[str]:
-    """`python -m training.export KIND SAVE_DIR EXPORT_DIR ...` with the run's dtype, base model and train file."""
-    return [
-        *(
-            "python",
-            "-m",
-            "training.export",
-            kind,
-            str(config.trainer.default_local_dir),
-            str(config.launch.export_dir),
-        ),
-        *("--dtype", training_dtype(config.trainer.device), "--recipe", recipe),
-        *("--base-model", str(config.model.partial_pretrain), "--train-file", str(config.data.train_files)),
-    ]
+def export(config: DictConfig, kind: str, recipe: str) -> Command:
+    """The export of an FSDP SFT trainer's run, in the dtype of its device."""
+    trainer = config.trainer
+    return export_command(
+        kind, recipe, trainer.default_local_dir, config.launch.export_dir, training_dtype(trainer.device),
+        config.model.partial_pretrain, config.data.train_files,
+    )  # fmt: skip
 
 
 def check_sft_trainer(check: Checker) -> None:
@@ -141,7 +132,7 @@ class SftRecipe:
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
         commands = [train_command(config, snapshot_dir, "verl.trainer.fsdp_sft_trainer")]
         if export_wanted(config):
-            commands.append(Command("export", export_argv(config, "causal-lm", self.name)))
+            commands.append(export(config, "causal-lm", self.name))
         return commands
 
 
@@ -175,5 +166,6 @@ class BradleyTerryRecipe:
                 *("--val-file", str(config.data.val_files), "--max-length", str(config.data.max_length)),
                 *("--truncation", config.data.truncation),
             ]
-            commands.append(Command("export", export_argv(config, "scalar", self.name) + calibration))
+            scalar = export(config, "scalar", self.name)
+            commands.append(Command(scalar.name, scalar.argv + calibration))
         return commands
