@@ -8,8 +8,10 @@ first word, the whole text). A hedge such as "A or B" or ``\\boxed{3 or 4}`` is 
 rule never rewards a completion merely for containing the reference somewhere.
 
 Answer types: NUMBER, MATH_EXPRESSIONS (math-verify: parse + verify), MULTIPLE_CHOICE, BOOLEAN,
-TEXT (normalized exact match). With `answer_type=None` the type is inferred from the reference.
-Without a reference answer no rule can judge: `NoReferenceAnswer` is raised, never a score of 0.
+TEXT (normalized exact match). With `answer_type=None` the type is inferred from the reference. A number
+or boolean reference is read in its wire text form (judge_api.answer_text: 4.0 is "4", True is "true").
+Without a reference answer (None, blank, or a non-finite number such as pandas' NaN) no rule can judge:
+`NoReferenceAnswer` is raised, never a score of 0.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import re
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
+
+from .protocol.judge_api import answer_text
 
 NUMBER = "NUMBER"
 MATH_EXPRESSIONS = "MATH_EXPRESSIONS"
@@ -81,9 +85,10 @@ def resolve_answer_type(answer: str, answer_type: str | None) -> str:
 
 
 def _reference_text(answer) -> str:
-    if answer is None or (isinstance(answer, float) and math.isnan(answer)):
+    text = answer_text(answer)  # the wire form: a number as the server sees it; NaN or inf is no answer
+    if text is None:
         raise NoReferenceAnswer("no reference answer: the rule-based scorer cannot judge this completion")
-    text = str(answer).strip()
+    text = text.strip()
     if not text:
         raise NoReferenceAnswer("empty reference answer: the rule-based scorer cannot judge this completion")
     return last_boxed(text) or text

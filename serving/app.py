@@ -3,14 +3,17 @@ request limits. The same app serves the standalone server and each Ray Serve rep
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from .batching import BatcherStopped, QueueFull
@@ -22,6 +25,7 @@ from .schemas import BatchJudgeRequest, BatchJudgeResponse, HealthResponse, Judg
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/health",)
+CLIENT_LEFT = 499  # nginx's status for a request whose client disconnected first; only the metrics see it
 
 
 class JudgeService(Protocol):
@@ -46,6 +50,7 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
     )
     started_at = time.monotonic()
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _refuse_invalid_request)
 
     @app.middleware("http")
     async def authorize_and_measure(request: Request, call_next):
@@ -61,14 +66,18 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         metrics.observe_request(request.url.path, response.status_code, time.perf_counter() - started)
         return response
 
-    async def judge_requests(requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+    async def judge_requests(http_request: Request, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        """One response per request; a request over an item-level limit gets its error, never a verdict."""
         started = time.perf_counter()
-        _check_text_sizes(requests, config.max_text_chars)
-        request_ids = [r.request_id or uuid.uuid4().hex for r in requests]
+        request_ids = [r.request_id if r.request_id is not None else uuid.uuid4().hex for r in requests]
+        refusals = [_text_size_error(r, config.max_text_chars) for r in requests]
+        accepted = [r.item() for r, refusal in zip(requests, refusals, strict=True) if refusal is None]
         try:
-            verdicts = await service.judge([r.item() for r in requests])
+            judged = await _unless_client_leaves(http_request, service.judge(accepted)) if accepted else []
         except (QueueFull, BatcherStopped) as err:
             raise HTTPException(503, str(err)) from err
+        in_order = iter(judged)
+        verdicts = [Verdict.failed(refusal) if refusal else next(in_order) for refusal in refusals]
         metrics.count_verdicts(verdicts)
         common = {
             "latency": time.perf_counter() - started,
@@ -82,15 +91,15 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         response_model=JudgeResponse,
         summary="Judge one completion (a failed judgement has score null and an error)",
     )
-    async def judge(request: JudgeRequest) -> JudgeResponse:
-        return (await judge_requests([request]))[0]
+    async def judge(request: JudgeRequest, http_request: Request) -> JudgeResponse:
+        return (await judge_requests(http_request, [request]))[0]
 
     @app.post(
         "/batch_judge",
         response_model=BatchJudgeResponse,
         summary="Judge many completions; each response carries its request_id, in request order",
     )
-    async def batch_judge(batch: BatchJudgeRequest) -> BatchJudgeResponse:
+    async def batch_judge(batch: BatchJudgeRequest, http_request: Request) -> BatchJudgeResponse:
         if len(batch.requests) > config.max_batch_requests:
             raise HTTPException(
                 413,
@@ -98,7 +107,7 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
                 f"{config.max_batch_requests} (--max-batch-requests)",
             )
         _check_unique_ids(batch.requests)
-        return BatchJudgeResponse(responses=await judge_requests(batch.requests))
+        return BatchJudgeResponse(responses=await judge_requests(http_request, batch.requests))
 
     @app.get("/health", response_model=HealthResponse, summary="Model, judge kind and queue state (no auth)")
     async def health() -> HealthResponse:
@@ -118,6 +127,10 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
             judgements_answered=metrics.judgements_answered,
             uptime_s=time.monotonic() - started_at,
         )
+
+    @app.head("/health", summary="Liveness probe for load balancers: 200 and no body (no auth)")
+    async def health_probe() -> Response:
+        return Response()
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus_metrics() -> Response:
@@ -139,14 +152,42 @@ def _has_key(request: Request, api_key: str) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
 
 
-def _check_text_sizes(requests: Sequence[JudgeRequest], max_chars: int) -> None:
-    for index, request in enumerate(requests):
-        for name, text in request.texts().items():
-            if len(text) > max_chars:
-                where = f"requests[{index}].{name}" if len(requests) > 1 else name
-                raise HTTPException(
-                    413, f"{where} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"
-                )
+def _text_size_error(request: JudgeRequest, max_chars: int) -> str | None:
+    for name, text in request.texts().items():
+        if len(text) > max_chars:
+            return f"{name} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"
+    return None
+
+
+async def _unless_client_leaves(request: Request, judging: Awaitable[list[Verdict]]) -> list[Verdict]:
+    """The verdicts; if the client disconnects first, its judgements are cancelled (the batcher skips
+    them and frees their place in the queue) and the request ends with CLIENT_LEFT."""
+    judged = asyncio.ensure_future(judging)
+    left = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({judged, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+        judged.cancel()  # nothing when it has finished
+    if judged not in done:
+        raise HTTPException(CLIENT_LEFT, "the client disconnected before its answer")
+    return judged.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client is gone; the body has been read, so nothing else can arrive."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _refuse_invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+    """422 with pydantic's reasons, without FastAPI's echo of each input: an input may hold NaN (which
+    JSON cannot encode: a 500) or megabytes of text."""
+    errors = [{key: value for key, value in error.items() if key != "input"} for error in err.errors()]
+    for error in errors:
+        if error["type"] == "model_attributes_type" and tuple(error["loc"]) == ("body",):
+            error["msg"] = "the request body must be a JSON object (sent with Content-Type: application/json)"
+    return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
 
 def _check_unique_ids(requests: Sequence[JudgeRequest]) -> None:

@@ -73,7 +73,9 @@ class ServingConfig:
     no_batching: bool = option(False, "one judgement per model call (as --max-batch-size 1), e.g. for benchmarks")
     max_queue_size: int = option(4096, "most judgements waiting or running; past it requests get 503")
     max_batch_requests: int = option(1024, "most requests in one /batch_judge call")
-    max_text_chars: int = option(200_000, "longest prompt, completion or answer in characters")
+    max_text_chars: int = option(
+        200_000, "longest prompt, completion, message content or answer in characters; a longer one is an item error"
+    )
     max_body_bytes: int = option(64 * 1024 * 1024, "largest request body in bytes")
     api_key: str | None = option(
         None,

@@ -5,11 +5,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
+
+from judge_rewards.protocol.judge_api import answer_text, scalar_text
 
 from .judges import JudgeItem, Verdict
 
 REQUEST_ID_MAX_CHARS = 256
+
+
+def _numbers_as_text(to_text):
+    """A before-validator that gives a JSON number or boolean its wire text (judge_api); anything else
+    meets the field's own type check, so a list or an object is refused naming the field."""
+    return BeforeValidator(
+        lambda value: to_text(value) if isinstance(value, (int, float)) else value,
+        json_schema_input_type=str | int | float | bool | None,
+    )
+
+
+AnswerText = Annotated[str | None, _numbers_as_text(answer_text)]
+RequestIdText = Annotated[str | None, _numbers_as_text(lambda value: scalar_text(value, "request_id"))]
 
 
 class ChatMessage(BaseModel):
@@ -22,16 +37,20 @@ class JudgeRequest(BaseModel):
         description="the user prompt, or the conversation before the completion as chat messages"
     )
     completion: str = Field(description="the response to judge")
-    answer: str | None = Field(None, description="reference answer (the rule judge needs it)")
+    answer: AnswerText = Field(
+        None,
+        description="reference answer (the rule judge needs it); a number or boolean is read as its text "
+        '(4 and 4.0 as "4", 2.5 as "2.5", true as "true"); NaN or Infinity is no answer',
+    )
     answer_type: str | None = Field(
         None,
         description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
         "inferred from the answer when absent",
     )
-    request_id: str | None = Field(
+    request_id: RequestIdText = Field(
         None,
         max_length=REQUEST_ID_MAX_CHARS,
-        description="echoed in the response; the server generates one when absent",
+        description='echoed in the response (a number as its text: 7 as "7"); the server generates one when absent',
     )
 
     def texts(self) -> dict[str, str]:

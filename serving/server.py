@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import sys
 from collections.abc import Sequence
 
 from judge_rewards.settings import parse_configs
@@ -82,4 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"auth {'on' if serving_config.api_key else 'off'})",
         flush=True,
     )
+    # uvicorn answers the requests it holds on SIGTERM, then re-raises the signal to the handler found at
+    # start; this one turns that into exit status 0, a stop that was asked for (as the Ray Serve server does).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.run(app, host=http_config.host, port=http_config.port, log_level=http_config.log_level)

@@ -192,10 +192,18 @@ def test_answer_type_is_case_insensitive_and_validated():
         score_answer("B", "B", "LETTERS")
 
 
-@pytest.mark.parametrize("answer", [None, "", "   ", float("nan")])
+@pytest.mark.parametrize("answer", [None, "", "   ", float("nan"), float("inf"), float("-inf")])
 def test_no_reference_answer_is_explicit_not_a_zero(answer):
     with pytest.raises(NoReferenceAnswer):
-        score_answer("The answer is 4", answer)
+        score_answer(f"The answer is {answer}", answer)
+
+
+@pytest.mark.parametrize(
+    "completion, answer",
+    [("The answer is 4", 4), ("The answer is 4", 4.0), ("The answer is 2.5", 2.5), ("Yes, it is.", True)],
+)
+def test_a_reference_answer_may_be_a_number_or_a_boolean(completion, answer):
+    assert score(completion, answer) == 1.0
 
 
 def test_completion_must_be_text():

@@ -1,5 +1,5 @@
 """The judge on Ray Serve for real: two CPU replicas of the tiny scalar judge on a private local Ray
-cluster, the same HTTP API, and nothing of the cluster left once the server stops."""
+cluster, the same HTTP API and auth, and nothing of the cluster left once the server stops."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from tests.support.servers import start_server
 from tests.test_serving_scalar import post_concurrently, unbatched_rewards, varied_requests
 
 REPLICAS = 2
+API_KEY = "ray-secret"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def server(tiny_scalar_judge_dir, ray_temp_dir, tmp_path_factory):
         ],
         log_path=tmp_path_factory.mktemp("ray_server") / "server.log",
         module="serving.ray_serve",
-        env={**os.environ, "RAY_TMPDIR": ray_temp_dir},
+        env={**os.environ, "RAY_TMPDIR": ray_temp_dir, "JUDGE_SERVER_API_KEY": API_KEY},
     )
     yield running
     assert running.stop() == 0
@@ -55,14 +57,15 @@ def server(tiny_scalar_judge_dir, ray_temp_dir, tmp_path_factory):
 def test_replicas_serve_the_same_api(server, tiny_scalar_judge_dir):
     requests = varied_requests(24, seed=7)
     expected = unbatched_rewards(tiny_scalar_judge_dir, requests)
-    responses = asyncio.run(post_concurrently(server.url, "/judge", requests))
+    responses = asyncio.run(post_concurrently(server.url, "/judge", requests, headers=AUTH))
     for request, response in zip(requests, responses, strict=True):
         body = response.json()
         assert body["request_id"] == request["request_id"]
         assert body["metadata"]["raw_reward"] == pytest.approx(expected[request["request_id"]], abs=1e-6)
     assert max(r.json()["metadata"]["batch_size"] for r in responses) > 1  # @serve.batch formed batches
 
-    batch = httpx.post(f"{server.url}/batch_judge", json={"requests": requests[:4]}, timeout=60).json()["responses"]
+    batch = httpx.post(f"{server.url}/batch_judge", json={"requests": requests[:4]}, headers=AUTH, timeout=60)
+    batch = batch.json()["responses"]
     assert [r["request_id"] for r in batch] == [r["request_id"] for r in requests[:4]]
 
 
@@ -80,3 +83,9 @@ def test_every_replica_answers(server):
     assert len(asyncio.run(replicas_seen())) == REPLICAS
     health = httpx.get(f"{server.url}/health").json()
     assert (health["judge_kind"], health["max_batch_size"]) == ("scalar", 8)
+
+
+def test_replicas_need_the_key_on_every_route_but_health(server):
+    for method, path in (("POST", "/judge"), ("POST", "/batch_judge"), ("GET", "/metrics"), ("GET", "/docs")):
+        assert httpx.request(method, f"{server.url}{path}", json={}, timeout=60).status_code == 401
+    assert httpx.head(f"{server.url}/health", timeout=60).status_code == 200

@@ -41,9 +41,24 @@ def test_health_needs_no_key(server):
     assert (health["judge_kind"], health["backend"]) == ("rule", "rules")
 
 
+def test_health_answers_head_for_load_balancers(server):
+    response = httpx.head(f"{server.url}/health")
+    assert response.status_code == 200 and response.content == b""
+
+
 @pytest.mark.parametrize(
     "method, path",
-    [("POST", "/judge"), ("POST", "/batch_judge"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs")],
+    [
+        ("POST", "/judge"),
+        ("POST", "/batch_judge"),
+        ("GET", "/metrics"),
+        ("HEAD", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+        ("GET", "/redoc"),
+        ("OPTIONS", "/judge"),  # no CORS is configured, so a preflight needs the key like any request
+        ("GET", "/nope"),
+    ],
 )
 @pytest.mark.parametrize(
     "headers",
@@ -52,12 +67,14 @@ def test_health_needs_no_key(server):
 )
 def test_every_other_route_needs_the_key(server, method, path, headers):
     response = httpx.request(method, f"{server.url}{path}", headers=headers, json={})
-    assert response.status_code == 401
-    assert "Authorization: Bearer <key>" in response.json()["detail"]
+    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+    if method != "HEAD":
+        assert "Authorization: Bearer <key>" in response.json()["detail"]
 
 
 def test_the_key_opens_the_routes(server):
-    assert httpx.get(f"{server.url}/metrics", headers=AUTH).status_code == 200
+    for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(f"{server.url}{path}", headers=AUTH).status_code == 200
     response = httpx.post(
         f"{server.url}/judge",
         headers=AUTH,

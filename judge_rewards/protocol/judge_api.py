@@ -1,12 +1,14 @@
 """The judge API's wire format in one place (the API of the judge integration guide): `JudgeItem`, the
-content of one judge request, shared by the server's judges and every client; and what a /batch_judge
-answer must look like, checked once for the reward adapter's batching client and evaluation's HTTP judge.
-Each client turns a failed item or a malformed answer into its own kind of failure."""
+content of one judge request, shared by the server's judges and every client; the one text form of the
+scalar fields `answer` and `request_id`, which the client and the server both apply; and what a
+/batch_judge answer must look like, checked once for the reward adapter's batching client and
+evaluation's HTTP judge. Each client turns a failed item or a malformed answer into its own kind of failure."""
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +31,14 @@ class JudgeItem:
         cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None
     ) -> JudgeItem:
         """A checked item from a caller's values: a text or message-list prompt, a text completion, the
-        answer as text."""
+        answer in its wire text form (`answer_text`)."""
         if not isinstance(completion, str):
             raise TypeError(f"completion must be a string, got {type(completion).__name__}")
         if not isinstance(prompt, str):
             prompt = tuple(as_messages(prompt))
         if answer_type is not None and not isinstance(answer_type, str):
             raise TypeError(f"answer_type must be a string or None, got {type(answer_type).__name__}")
-        return cls(prompt, completion, None if answer is None else str(answer), answer_type)
+        return cls(prompt, completion, answer_text(answer), answer_type)
 
     def key(self) -> str:
         """Identity of the judgement: the adapter's cache key and in-flight de-duplication key."""
@@ -56,6 +58,33 @@ class JudgeItem:
         }
 
 
+def scalar_text(value: Any, field: str) -> str | None:
+    """The one text form of a scalar request field on the wire: text as it is; true/false for a boolean;
+    an integer's digits; a finite float's shortest round-trip form, without the ".0" of an integral one
+    (4.0 -> "4", 2.5 -> "2.5", 1e20 -> "1e+20"). None stays None. ValueError for a non-finite number,
+    TypeError for anything else (lists, objects), both naming `field`."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{field} must be a finite number, got {number!r}")
+        return repr(number).removesuffix(".0")
+    raise TypeError(f"{field} must be a string, a number or a boolean, got {type(value).__name__}")
+
+
+def answer_text(answer: Any) -> str | None:
+    """The reference answer's wire text (`scalar_text`); a non-finite number is no answer (NaN is how
+    pandas marks a missing value), never the text "nan" that a rule would match."""
+    if isinstance(answer, numbers.Real) and not isinstance(answer, numbers.Integral) and not math.isfinite(answer):
+        return None
+    return scalar_text(answer, "answer")
+
+
 class MalformedAnswer(ValueError):
     """The judge server's answer breaks the API; the message says how."""
 
@@ -71,7 +100,11 @@ def responses_by_request_id(body: Any) -> dict[str, dict]:
         raise MalformedAnswer(f"malformed /batch_judge body (no list of responses): {excerpt(str(body))}")
     by_id: dict[str, dict] = {}
     for response in responses:
-        by_id.setdefault(response.get("request_id"), response)
+        request_id = response.get("request_id")
+        if not isinstance(request_id, str):
+            shown = excerpt(repr(request_id))
+            raise MalformedAnswer(f"malformed /batch_judge body: request_id {shown} is not a string")
+        by_id.setdefault(request_id, response)
     return by_id
 
 
@@ -92,13 +125,9 @@ def item_answer(response: dict | None, request_id: str) -> ItemAnswer:
     score, error = response.get("score"), response.get("error")
     if error or score is None:
         return ItemAnswer(None, str(error or "no score and no error given"))
-    if (
-        isinstance(score, bool)
-        or not isinstance(score, (int, float))
-        or not math.isfinite(score)
-        or not 0 <= score <= 1
-    ):
-        return ItemAnswer(None, f"invalid score {score!r}")
+    # The range check also refuses NaN, infinities and integers too large for a float.
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) or not 0 <= score <= 1:
+        return ItemAnswer(None, f"invalid score {excerpt(repr(score))}")
     detailed, metadata = response.get("detailed_scores"), response.get("metadata")
     return ItemAnswer(
         float(score),
