@@ -45,7 +45,9 @@ class HttpJudgeOptions:
         None, f"bearer key of the judge server (default: env {API_KEY_ENV})", env=API_KEY_ENV, secret=True
     )
     timeout: float = option(300.0, "seconds one /batch_judge call may take")
-    max_retries: int = option(2, "retries of a call after a timeout, connection error, 429 or 5xx; then its rows fail")
+    max_retries: int = option(
+        2, "retries of a call after a timeout, connection error, 408, 429 or 5xx; then its rows fail"
+    )
     concurrency: int = option(1, "/batch_judge calls in flight at once")
 
     def __post_init__(self):
@@ -57,7 +59,7 @@ class HttpJudgeOptions:
 
 class HttpJudge:
     """POST /batch_judge of a running judge server through judge_rewards' client (results matched by
-    request_id; timeouts, connection errors, 429 and 5xx retried with jittered backoff and Retry-After).
+    request_id; timeouts, connection errors, 408, 429 and 5xx retried with jittered backoff and Retry-After).
     A request the server refuses for good (401, 403, 413, 422, ...) stops the evaluation: every batch would
     fail the same way; any other failure fails only the items of its batch."""
 

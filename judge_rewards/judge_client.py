@@ -5,10 +5,13 @@
   first item; at most `max_concurrent_requests` batches are in flight.
 - Results are matched to requests by `request_id`, never by position.
 - Identical requests in flight share one judgement (one future).
-- Only timeouts, connection errors, 429 and 5xx are retried, with exponential backoff and full jitter
-  (a Retry-After header sets the wait); other 4xx answers are permanent failures: a retry would get the same.
-- A circuit breaker opens after `circuit_breaker_threshold` consecutive failed batches.
-- Every submitted request ends with a result or a `JudgeUnavailableError` saying why; none is dropped.
+- Only timeouts, connection errors, 408, 429 and 5xx are retried, with exponential backoff and full jitter
+  (a Retry-After header in seconds sets the wait, up to BACKOFF_CAP_S); other 4xx answers (404, 413, 422,
+  ...) are permanent failures: a retry would get the same.
+- A circuit breaker opens after `circuit_breaker_threshold` consecutive failed batches (circuit_breaker).
+- Every submitted request ends with a result or a `JudgeUnavailableError` saying why; none is dropped. Any
+  failure of a batch, a malformed answer or an unforeseen error included, settles all of that batch's
+  requests at once and counts as a failed batch; other batches are not affected.
 
 The reward adapter (judge_reward_adapter) and evaluation's HTTP judge (evaluation.judges) both use it.
 """
@@ -28,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from .circuit_breaker import CircuitBreaker
+from .circuit_breaker import CircuitBreaker, Permit
 from .protocol import judge_api
 from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
@@ -39,13 +42,15 @@ log = logging.getLogger("JudgeReward")
 BACKOFF_BASE_S = 0.2
 BACKOFF_CAP_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
+RETRIED_4XX = frozenset({408, 429})  # request timeout, too many requests: a later attempt may succeed
+CLOSED_MESSAGE = "judge client is closed"
 
 
 class JudgeUnavailableError(RuntimeError):
     """The judge gave no score for a request; the message says why (circuit open, queue full, timeout,
     HTTP error, malformed response, or the judge's own error for that item). `permanent`: the judge
-    refused the batch with an answer a retry would get again (a 4xx other than 429: wrong API key, body
-    too large, invalid request), so every later batch would fail the same way."""
+    refused the batch with an answer a retry would get again (a 4xx other than 408 and 429: wrong API key,
+    wrong URL, body too large, invalid request), so every later batch would fail the same way."""
 
     def __init__(self, message: str, request_id: str | None = None, permanent: bool = False):
         super().__init__(message)
@@ -81,16 +86,19 @@ class BatchingJudgeClient:
         self._in_flight: dict[str, concurrent.futures.Future] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue | None = None
+        self._sending: set[asyncio.Task] = set()  # the worker's batches in flight (touched on its loop only)
         self._thread: threading.Thread | None = None
         self._owner_pid: int | None = None
         self._closed = False
 
     @property
     def result_timeout(self) -> float:
-        """How long a caller waits for its result: every attempt timing out, plus the backoffs between."""
+        """How long a caller waits for its result: every attempt timing out, plus the longest backoffs
+        between them (a Retry-After may ask for BACKOFF_CAP_S each time)."""
         attempts = self.config.max_retries + 1
-        backoffs = sum(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**i) for i in range(self.config.max_retries))
-        return self.config.batch_timeout + attempts * self.config.timeout + backoffs + 1.0
+        return (
+            self.config.batch_timeout + attempts * self.config.timeout + self.config.max_retries * BACKOFF_CAP_S + 1.0
+        )
 
     def submit(self, request: JudgeItem) -> concurrent.futures.Future:
         """A future of the JudgeResult of `request` (it raises JudgeUnavailableError when there is none)."""
@@ -102,7 +110,7 @@ class BatchingJudgeClient:
         queued: list[_Pending] = []
         with self._lock:
             if self._closed:
-                return [_failed("judge client is closed") for _ in requests]
+                return [_failed(CLOSED_MESSAGE) for _ in requests]
             self._start_if_needed()
             futures = [self._admit(request, queued) for request in requests]
             if queued:
@@ -138,17 +146,17 @@ class BatchingJudgeClient:
         return future
 
     def close(self) -> None:
-        """Stop the worker; requests still queued fail with 'judge client is closed'."""
+        """Fail every request still queued or in flight with 'judge client is closed' at once, then stop
+        the worker: its batches in flight are abandoned, not waited for."""
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread
-        if thread is not None and thread.is_alive() and self._owner_pid == os.getpid():
-            loop.call_soon_threadsafe(self._queue.put_nowait, None)
-            thread.join(CLOSE_TIMEOUT_S)
-        with self._lock:
             orphans = list(self._in_flight.values())
         for future in orphans:
-            _settle(future, error=JudgeUnavailableError("judge client is closed"))
+            _settle(future, error=JudgeUnavailableError(CLOSED_MESSAGE))
+        if thread is not None and thread.is_alive() and self._owner_pid == os.getpid():
+            loop.call_soon_threadsafe(self._stop_worker)
+            thread.join(CLOSE_TIMEOUT_S)
 
     # ---- the worker thread ------------------------------------------------------------------------
 
@@ -161,6 +169,7 @@ class BatchingJudgeClient:
         self._owner_pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._queue = asyncio.Queue()
+        self._sending = set()
         self._thread = threading.Thread(target=self._run, name="JudgeReward-client", daemon=True)
         self._thread.start()
 
@@ -177,6 +186,13 @@ class BatchingJudgeClient:
         finally:
             self._loop.close()
 
+    def _stop_worker(self) -> None:
+        """On the worker's loop: the stop signal, and the batches in flight cancelled (their futures are
+        settled already), so that the worker ends without waiting for the judge."""
+        self._queue.put_nowait(None)
+        for task in self._sending:
+            task.cancel()
+
     def _forget(self, key: str, future: concurrent.futures.Future) -> None:
         with self._lock:
             if self._in_flight.get(key) is future:
@@ -190,7 +206,6 @@ class BatchingJudgeClient:
         )
         async with httpx.AsyncClient(timeout=self.config.timeout, limits=limits, headers=self._headers) as http:
             slots = asyncio.Semaphore(self.config.max_concurrent_requests)
-            running: set[asyncio.Task] = set()
             getter: asyncio.Future | None = None
             stopping = False
             while not stopping:
@@ -200,9 +215,9 @@ class BatchingJudgeClient:
                     slots.release()
                     continue
                 task = asyncio.create_task(self._send(http, batch))
-                running.add(task)
-                task.add_done_callback(lambda done: (running.discard(done), slots.release()))
-            await asyncio.gather(*running)
+                self._sending.add(task)
+                task.add_done_callback(lambda done: (self._sending.discard(done), slots.release()))
+            await asyncio.gather(*self._sending, return_exceptions=True)  # cancelled ones included
 
     async def _collect_batch(self, getter):
         """(batch, the pending queue getter to reuse, whether the stop signal came).
@@ -232,10 +247,13 @@ class BatchingJudgeClient:
         return batch, None, False
 
     async def _send(self, http: httpx.AsyncClient, batch: list[_Pending]) -> None:
+        """Send one batch and settle every one of its futures: with its own result, or all at once with
+        the reason there is none."""
         if self._closed:
-            _fail_all(batch, "judge client is closed")
+            _fail_all(batch, CLOSED_MESSAGE)
             return
-        if not self.breaker.try_acquire():
+        permit = self.breaker.try_acquire()
+        if permit is None:
             _fail_all(
                 batch,
                 "Circuit breaker open: the judge is not answering; this batch was not sent "
@@ -247,20 +265,31 @@ class BatchingJudgeClient:
             body = await self._post_with_retries(
                 http, {"requests": [p.request.request_body(p.request_id) for p in batch]}
             )
-            responses = _responses_by_request_id(body)
+            outcomes = _outcomes(batch, body)
         except JudgeUnavailableError as err:
             log.warning("judge batch of %d failed: %s", len(batch), err)
-            if self.breaker.record_failure():
-                log.warning(
-                    "Circuit breaker open after %d consecutive failed batches; requests fail fast for %.1fs",
-                    self.breaker.snapshot()["failures"],
-                    self.config.circuit_breaker_timeout,
-                )
-            _fail_all(batch, str(err), err.permanent)
+            self._batch_failed(batch, permit, err)
             return
-        if self.breaker.record_success():
+        except Exception as err:  # an answer no check foresaw, or a bug: this batch's callers must not wait
+            log.warning("judge batch of %d failed unexpectedly", len(batch), exc_info=True)
+            self._batch_failed(batch, permit, JudgeUnavailableError(f"judge batch failed: {type(err).__name__}: {err}"))
+            return
+        if self.breaker.record_success(permit):
             log.info("Circuit breaker closed: %s answers again", self.config.judge_url)
-        _deliver(batch, responses)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, JudgeResult):
+                _settle(pending.future, result=outcome)
+            else:
+                _settle(pending.future, error=outcome)
+
+    def _batch_failed(self, batch: list[_Pending], permit: Permit, err: JudgeUnavailableError) -> None:
+        if self.breaker.record_failure(permit):
+            log.warning(
+                "Circuit breaker open after %d consecutive failed batches; requests fail fast for %.1fs",
+                self.breaker.snapshot()["failures"],
+                self.config.circuit_breaker_timeout,
+            )
+        _fail_all(batch, str(err), err.permanent)
 
     async def _post_with_retries(self, http: httpx.AsyncClient, body: dict) -> Any:
         for attempt in range(self.config.max_retries + 1):
@@ -279,7 +308,7 @@ class BatchingJudgeClient:
                 if response.status_code < 400:
                     return _json_body(response)
                 failure = f"judge answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
-                if response.status_code != 429 and response.status_code < 500:
+                if response.status_code < 500 and response.status_code not in RETRIED_4XX:
                     raise JudgeUnavailableError(failure + " (not retried)", permanent=True)
                 retry_after = _retry_after_s(response)
             if attempt == self.config.max_retries:
@@ -312,28 +341,28 @@ def _json_body(response: httpx.Response) -> Any:
         ) from None
 
 
-def _responses_by_request_id(body: Any) -> dict[str, dict]:
+def _outcomes(batch: list[_Pending], body: Any) -> list[JudgeResult | JudgeUnavailableError]:
+    """Each request's outcome in a /batch_judge answer body, found by its request_id; JudgeUnavailableError
+    for the whole batch when the body breaks the API."""
     try:
-        return judge_api.responses_by_request_id(body)
+        responses = judge_api.responses_by_request_id(body)
+        return [_outcome(pending, responses.get(pending.request_id)) for pending in batch]
     except judge_api.MalformedAnswer as err:
         raise JudgeUnavailableError(f"judge returned a {err}") from None
+    except Exception as err:  # a value the API checks do not foresee: the body is named, not the check
+        raise JudgeUnavailableError(
+            f"judge returned a malformed /batch_judge body ({type(err).__name__}: {err}): "
+            f"{judge_api.excerpt(str(body))}"
+        ) from None
 
 
-def _deliver(batch: list[_Pending], responses: dict[str, dict]) -> None:
-    """Settle every pending request with its own response, found by request_id. A failed item's message
-    leaves its request_id out (the error carries it): the same reason reads the same for every item."""
-    for pending in batch:
-        answer = judge_api.item_answer(responses.get(pending.request_id), pending.request_id)
-        if answer.error is not None:
-            _settle(
-                pending.future,
-                error=JudgeUnavailableError(f"judge could not score request: {answer.error}", pending.request_id),
-            )
-        else:
-            result = JudgeResult(
-                answer.score, pending.request_id, answer.explanation, answer.detailed_scores, answer.metadata
-            )
-            _settle(pending.future, result=result)
+def _outcome(pending: _Pending, response: dict | None) -> JudgeResult | JudgeUnavailableError:
+    """The request's result, or the judge's reason for not scoring it. The message leaves the request_id
+    out (the error carries it): the same reason reads the same for every item."""
+    answer = judge_api.item_answer(response, pending.request_id)
+    if answer.error is not None:
+        return JudgeUnavailableError(f"judge could not score request: {answer.error}", pending.request_id)
+    return JudgeResult(answer.score, pending.request_id, answer.explanation, answer.detailed_scores, answer.metadata)
 
 
 def _put_all(queue: asyncio.Queue, items: list[_Pending]) -> None:

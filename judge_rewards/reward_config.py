@@ -52,8 +52,8 @@ class JudgeRewardConfig:
     )
     max_retries: int = option(
         3,
-        "retries of a batch after a timeout, connection error, 429 or 5xx (exponential backoff with full jitter; "
-        "Retry-After honoured)",
+        "retries of a batch after a timeout, connection error, 408, 429 or 5xx (exponential backoff with full "
+        "jitter; a Retry-After in seconds sets the wait, capped like the backoff)",
     )
     circuit_breaker_threshold: int = option(
         5, "consecutive failed batches that open the circuit (requests then fail fast)"

@@ -17,13 +17,12 @@ from judge_rewards import (
     BaseJudgeReward,
     ConfigError,
     JudgeRewardConfig,
-    JudgeRewardSystem,
     JudgeUnavailableError,
     create_judge_reward,
 )
 from judge_rewards.circuit_breaker import CircuitBreaker
 from judge_rewards.judge_reward_adapter import MultiCritiqueJudge
-from tests.reward_adapter_servers import FaultyJudgeServer
+from tests.reward_adapter_servers import FaultyJudgeServer, item, make_system
 from tests.support.servers import free_port
 
 # ---- configuration -----------------------------------------------------------------------------------
@@ -139,14 +138,16 @@ class FakeClock:
 def test_circuit_breaker_opens_probes_once_and_closes():
     clock = FakeClock()
     breaker = CircuitBreaker(threshold=2, reset_timeout=10, clock=clock)
-    assert breaker.record_failure() is False and breaker.try_acquire()
-    assert breaker.record_failure() is True
-    assert breaker.snapshot()["state"] == "open" and breaker.rejects_now() and not breaker.try_acquire()
+    first, second = breaker.try_acquire(), breaker.try_acquire()
+    assert breaker.record_failure(first) is False
+    assert breaker.record_failure(second) is True
+    assert breaker.snapshot()["state"] == "open" and breaker.rejects_now() and breaker.try_acquire() is None
     clock.now = 10
     assert not breaker.rejects_now()
-    assert breaker.try_acquire()  # the probe
-    assert not breaker.try_acquire() and breaker.rejects_now()  # one probe at a time
-    assert breaker.record_success() is True
+    probe = breaker.try_acquire()
+    assert probe.probe
+    assert breaker.try_acquire() is None and breaker.rejects_now()  # one probe at a time
+    assert breaker.record_success(probe) is True
     assert breaker.snapshot() | {"reset_timeout_s": 0} == {
         "state": "closed",
         "failures": 0,
@@ -159,12 +160,27 @@ def test_circuit_breaker_opens_probes_once_and_closes():
 def test_failed_probe_reopens_the_circuit():
     clock = FakeClock()
     breaker = CircuitBreaker(threshold=1, reset_timeout=5, clock=clock)
-    breaker.record_failure()
+    breaker.record_failure(breaker.try_acquire())
     clock.now = 5
-    assert breaker.try_acquire()
-    assert breaker.record_failure() is True
+    probe = breaker.try_acquire()
+    assert breaker.record_failure(probe) is True
     assert breaker.snapshot()["state"] == "open" and breaker.snapshot()["times_opened"] == 2
-    assert not breaker.try_acquire()
+    assert breaker.try_acquire() is None
+
+
+def test_outcomes_of_batches_sent_before_the_circuit_opened_leave_it_to_the_probe():
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, reset_timeout=5, clock=clock)
+    late_success, late_failure, failing = breaker.try_acquire(), breaker.try_acquire(), breaker.try_acquire()
+    assert breaker.record_failure(failing) is True
+    assert breaker.record_success(late_success) is False
+    assert breaker.snapshot()["state"] == "open" and breaker.rejects_now()  # still resting
+    clock.now = 5
+    probe = breaker.try_acquire()
+    assert breaker.record_failure(late_failure) is False
+    assert breaker.rejects_now() and breaker.try_acquire() is None  # the probe is still the one in flight
+    assert breaker.record_success(probe) is True
+    assert breaker.snapshot()["state"] == "closed" and breaker.snapshot()["times_opened"] == 1
 
 
 # ---- faults from a purpose-built server ----------------------------------------------------------------
@@ -175,28 +191,6 @@ def faulty():
     server = FaultyJudgeServer()
     yield server
     server.close()
-
-
-def make_system(url: str, **overrides) -> JudgeRewardSystem:
-    config = {
-        "judge_url": url,
-        "max_retries": 1,
-        "timeout": 5.0,
-        "batch_timeout": 0.05,
-        "circuit_breaker_threshold": 3,
-        "circuit_breaker_timeout": 30.0,
-        **overrides,
-    }
-    return JudgeRewardSystem(config)
-
-
-def item(n: int, completion: str | None = None) -> dict:
-    return {
-        "prompt": f"What is {n}?",
-        "completion": completion or f"\\boxed{{{n}}}",
-        "answer": str(n),
-        "answer_type": "NUMBER",
-    }
 
 
 def test_results_are_matched_by_request_id_not_by_order(faulty):
@@ -226,16 +220,6 @@ def test_body_without_responses_list_is_a_failure_not_a_zero(faulty):
         result = system.reward(**item(7, completion="\\boxed{8}"))
         assert (result["reward"], result["source"]) == (0.0, "rule_fallback")
         assert "malformed /batch_judge body" in result["error"]
-
-
-@pytest.mark.parametrize("status, retried", [(500, True), (503, True), (429, True), (400, False), (401, False)])
-def test_only_retryable_statuses_are_retried(faulty, status, retried):
-    faulty.mode, faulty.status, faulty.retry_after = "status", status, "0"
-    with make_system(faulty.url, max_retries=2) as system:
-        result = system.reward(**item(3))
-        assert result["source"] == "rule_fallback" and f"HTTP {status}" in result["error"]
-        assert system.get_metrics()["http_retries"] == (2 if retried else 0)
-        assert faulty.requests_received == (3 if retried else 1)
 
 
 @pytest.mark.parametrize(
