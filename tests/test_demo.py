@@ -34,6 +34,8 @@ def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
     assert len(sample_lines) == 10  # 5 prompts x (correct, flawed), all answered by the judge
     assert "batched_fraction=1.0" in result.stdout and "circuit=closed" in result.stdout
 
+    last_step = result.stdout.rsplit("=== ", 1)[-1]  # ends with the commands to run next (test_environment.py)
+    assert "\n    source " in last_step and "\n    python -m serving --model " in last_step
     assert (demo_dir / "bt/hf/judge.json").is_file()
     assert "(environment) overrides" not in result.stderr  # the demo's own settings are arguments, not knobs
     assert (demo_dir / "bt/launch/train.log").is_file()

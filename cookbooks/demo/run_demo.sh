@@ -25,6 +25,18 @@ step() {
     echo "=== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"
 }
 
+# What to run next, in a new shell: the commands' modules are installed in the environment that ran this demo
+# (`make setup`'s .venv), which such a shell has to enter first. tests/test_environment.py runs these lines.
+next_commands() {
+    local venv
+    venv="$(python -c 'import sys; print(sys.prefix)')"
+    echo "next, in a new shell at the repository root: enter the environment that ran this demo,"
+    echo "    source ${venv#"$PWD"/}/bin/activate"
+    echo "then serve the judge, or evaluate it in process:"
+    echo "    python -m serving --model $JUDGE_DIR --port 8888"
+    echo "    python -m evaluation --model $JUDGE_DIR --data $DATA_DIR/eval/test.parquet --out $DEMO_DIR/eval-local"
+}
+
 step "1/6 offline data -> $DATA_DIR"
 python -m data_prep offline --out "$DATA_DIR"
 
@@ -63,5 +75,6 @@ python -m evaluation --judge-url "$url" --data "$DATA_DIR/eval/test.parquet" --o
 
 step "done in $(( (SECONDS - started) / 60 )) min"
 echo "checkpoints:   $DEMO_DIR/bt (training log: $DEMO_DIR/bt/launch/train.log)"
-echo "judge model:   $JUDGE_DIR (serve it: python -m serving --model $JUDGE_DIR)"
+echo "judge model:   $JUDGE_DIR"
 echo "evaluation:    $DEMO_DIR/eval/report.md, $DEMO_DIR/eval/chart.png"
+next_commands
