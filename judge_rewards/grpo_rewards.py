@@ -10,7 +10,8 @@ prediction. A well-formed answer earns its closeness to the label, in [0, 1]:
     pointwise   1 - |predicted - label| / 4     exact 1.0, off by one 0.75, ... off by four 0.0
     pairwise    1.0 for the right letter, 0.0 for the wrong one
 
-minus MISSING_THINK_PENALTY when it has no <think>..</think> block. The penalty is smaller than one
+minus MISSING_THINK_PENALTY when it does not start with one well-formed <think>..</think> block
+(`Judgement.has_think`: a bare </think> ends the reasoning but earns nothing). The penalty is smaller than one
 point of pointwise distance, so being right always outweighs showing the reasoning, and every
 well-formed answer stays above every malformed one.
 

@@ -9,12 +9,20 @@ def test_tiny_model_loads_and_generates(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert tokenizer.pad_token != tokenizer.eos_token
     assert tokenizer("Hello").input_ids[0] != tokenizer.bos_token_id  # no BOS added
-    ids = tokenizer.apply_chat_template(
-        pointwise_messages("2+2?", "4"), add_generation_prompt=True, return_tensors="pt"
-    )
+    assert model.config.vocab_size == len(tokenizer)
+    assert (model.generation_config.eos_token_id, model.generation_config.pad_token_id) == (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    )  # generation stops at the end of the turn
+    messages = pointwise_messages("2+2?", "4")
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
     assert ids.shape[1] < 200  # judge prompts stay short on the tiny tokenizer
-    out = model.generate(ids, max_new_tokens=4, do_sample=False)
-    assert out.shape[1] == ids.shape[1] + 4 or out[0, -1].item() == tokenizer.eos_token_id
+    assert tokenizer.decode(ids[0]) == tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    out = model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert out.shape == (1, ids.shape[1] + 4) and torch.equal(out[:, : ids.shape[1]], ids)
+    assert torch.equal(model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False), out)  # greedy
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], tokenize=False
     )

@@ -4,6 +4,7 @@ import gzip
 import json
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from data_prep import cli, helpsteer2
@@ -357,23 +358,49 @@ def test_cli_reports_a_bad_file_without_a_traceback(upstream, tmp_path):
     assert str(exit_info.value) == "helpsteer2: train.jsonl.gz line 1: field 'helpfulness' must be an int 0-4, got 'x'"
 
 
+def without_source(path):
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
+        row.pop("source", None)
+        if isinstance(row.get("extra_info"), dict):
+            row["extra_info"].pop("source", None)
+    return rows
+
+
 def test_hub_reads_the_three_upstream_splits(monkeypatch, tmp_path):
+    """The real `datasets.load_dataset` path, offline, on a local copy of nvidia/HelpSteer2's layout (a local
+    directory of the hub name wins over the hub): the ratings splits by file name at the top, the preference
+    file in preference/, and disagreements/ that must not leak into any split. A wrong split name, data_dir
+    or column finds nothing, mixes files up or fails."""
     import datasets
 
-    calls = []
+    repo = tmp_path / "hub" / "nvidia" / "HelpSteer2"
+    for folder in ("preference", "disagreements"):
+        (repo / folder).mkdir(parents=True)
+    (repo / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# HelpSteer2 (test stand-in)\n")
+    write_jsonl_gz(repo / "train.jsonl.gz", TRAIN)
+    write_jsonl_gz(repo / "validation.jsonl.gz", VALIDATION)
+    write_jsonl_gz(repo / "preference" / "preference.jsonl.gz", PREFERENCES)
+    write_jsonl_gz(repo / "disagreements" / "disagreements.jsonl.gz", [{**TRAIN[0], "disagreement": 1}])
+    monkeypatch.chdir(tmp_path / "hub")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets_cache")
 
-    def fake_load_dataset(name, split, **kwargs):
-        calls.append((name, split, kwargs))
-        rows = PREFERENCES if kwargs.get("data_dir") == "preference" else TRAIN if split == "train" else VALIDATION
-        return datasets.Dataset.from_list(rows)
-
-    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     summary = helpsteer2.convert(helpsteer2.Sources.from_hub("nvidia/HelpSteer2"), tmp_path / "out")
-    assert calls == [
-        ("nvidia/HelpSteer2", "train", {}),
-        ("nvidia/HelpSteer2", "validation", {}),
-        ("nvidia/HelpSteer2", "train", {"data_dir": "preference"}),
-    ]
+    local = helpsteer2.convert(
+        helpsteer2.Sources.from_files(
+            repo / "train.jsonl.gz", repo / "validation.jsonl.gz", repo / "preference" / "preference.jsonl.gz"
+        ),
+        tmp_path / "from_files",
+    )
+    assert summary.written == local.written
     assert summary.written["bradley_terry/train.parquet"] == 3
+    for name in summary.written:  # the same rows as from the files, but for where each says it came from
+        assert without_source(tmp_path / "out" / name) == without_source(tmp_path / "from_files" / name), name
     pointwise = read(tmp_path / "out", "grpo/pointwise/train.parquet")
     assert pointwise[0]["extra_info"]["source"] == "nvidia/HelpSteer2[train] row 1"
+    pairwise_val = read(tmp_path / "out", "grpo/pairwise/val.parquet")
+    assert [row["extra_info"]["source"] for row in pairwise_val] == [
+        "nvidia/HelpSteer2[train] data_dir=preference row 5"
+    ]

@@ -239,16 +239,45 @@ def test_a_bad_row_names_file_line_and_field(tmp_path, field, value, message):
     assert str(error.value) == message
 
 
+# The dataset card's YAML as allenai/reward-bench-2 has it: one parquet-backed `test` split under data/.
+REWARDBENCH2_CARD = """---
+license: odc-by
+configs:
+- config_name: default
+  data_files:
+  - split: test
+    path: data/test-*
+---
+# RewardBench 2 (test stand-in)
+"""
+
+
 def test_hub_reads_the_test_split(monkeypatch, tmp_path):
+    """The real `datasets.load_dataset` path, offline, on a local copy of the hub repository's layout: the
+    hub name resolves to ./allenai/reward-bench-2 (a local directory wins over the hub), whose card and
+    files are laid out as on the hub. A wrong split name, repo layout or column finds nothing or fails."""
     import datasets
 
-    calls = []
+    repo = tmp_path / "hub" / rewardbench2.HUB_NAME
+    (repo / "data").mkdir(parents=True)
+    (repo / "README.md").write_text(REWARDBENCH2_CARD)
+    pq.write_table(
+        pa.Table.from_pylist(UPSTREAM, schema=UPSTREAM_SCHEMA), repo / "data" / "test-00000-of-00001.parquet"
+    )
+    monkeypatch.chdir(tmp_path / "hub")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets_cache")
 
-    def fake_load_dataset(name, split, **kwargs):
-        calls.append((name, split, kwargs))
-        return datasets.Dataset.from_list(UPSTREAM)
-
-    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     summary = rewardbench2.convert(rewardbench2.records_from(hub=rewardbench2.HUB_NAME), tmp_path / "out")
-    assert calls == [("allenai/reward-bench-2", "test", {})]
     assert summary.written["eval/test.parquet"] == 14
+    eval_rows = read(tmp_path / "out", "eval/test.parquet")
+    for row in eval_rows:
+        upstream = BY_PROMPT[row["prompt"]]
+        assert (row["id"], list(row["chosen"]), list(row["rejected"])) == (
+            upstream["id"],
+            upstream["chosen"],
+            upstream["rejected"],
+        )
+    trained = read(tmp_path / "out", "grpo/pointwise/train.parquet")
+    assert trained[0]["extra_info"]["source"].startswith("allenai/reward-bench-2[test] row ")

@@ -40,6 +40,13 @@ POINTWISE_FORMAT_FAILURES = {
     "not an integer": scored("3.5"),
     "a word": scored("three"),
     "a range": scored("2-3"),
+    "full-width digit": scored("\uff13"),
+    "plus sign": scored("+3"),
+    "leading zero": scored("03"),
+    "negative zero": scored("-0"),
+    "ideographic space": scored("\u30003"),
+    "stray closing tag": scored(3) + "</score>",
+    "tag in a second, open think block": "<think>ok</think><think>hmm <score>3</score>",
     "unclosed tag": "<think>ok</think><score>3",
     "ground truth echoed": '<think>ok</think>{"score": 3}',
     "huge junk": "x" * 1_000_000,
@@ -53,6 +60,10 @@ PAIRWISE_FORMAT_FAILURES = {
     "both letters": scored("A", tag="better") + "<better>B</better>",
     "hedged": scored("A or B", tag="better"),
     "lower case": scored("a", tag="better"),
+    "full-width letter": scored("\uff21", tag="better"),
+    "Cyrillic letter": scored("\u0410", tag="better"),
+    "ideographic space": scored("\u3000A", tag="better"),
+    "stray closing tag": scored("A", tag="better") + "</better>",
     "tag only inside think": "<think><better>A</better></think>",
     "think never closed": "<think>so <better>A</better>",
     "ground truth echoed": '<think>ok</think>{"better": "A"}',
@@ -111,6 +122,18 @@ def test_missing_think_is_a_milder_flaw_than_being_wrong():
 
 def test_empty_think_block_counts_as_reasoning():
     assert pointwise("<think></think><score>3</score>", 3)["think_ok"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    ["</think>", "It is right.</think>", "Sure. <think>It is right.</think>", "<think>a</think><think>b</think>"],
+)
+def test_the_think_credit_needs_a_well_formed_think_block(reasoning):
+    """A bare </think> (or any other broken block) still delimits the answer, but earns no think credit."""
+    reward = pointwise(reasoning + "<score>3</score>", 3)
+    assert (reward["format_ok"], reward["accuracy"], reward["think_ok"]) == (1.0, 1.0, 0.0)
+    assert reward["score"] == pytest.approx(1.0 - MISSING_THINK_PENALTY)
+    assert pairwise(reasoning + "<better>A</better>", "A")["think_ok"] == 0.0
 
 
 def test_only_the_answer_after_the_reasoning_counts():

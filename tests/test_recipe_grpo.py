@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from judge_rewards.grpo_rewards import REWARD_KEYS
+from judge_rewards.protocol import templates
 from tests.grpo_recipe import (
     COOKBOOK,
     DATA_SOURCE,
@@ -37,6 +38,7 @@ from tests.support.servers import start_server
 pytestmark = pytest.mark.e2e
 
 LAUNCHER_TIMEOUT_S = 400
+SERVED_NEW_TOKENS = 16
 
 
 def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
@@ -136,18 +138,42 @@ def test_pointwise_runs_on_a_local_ray_exports_and_serves(warm_judge, tmp_path, 
     assert_trained_with_our_rewards(save_dir)
     export = assert_checkpoint_and_export(save_dir, "pointwise")
 
-    server_args = ["--model", str(export), "--max-new-tokens", "16", "--temperature", "0"]
+    question = {"prompt": "What is 2 + 2?", "completion": "It is 4."}
+    server_args = ["--model", str(export), "--max-new-tokens", str(SERVED_NEW_TOKENS), "--temperature", "0"]
     with start_server(server_args, log_path=tmp_path / "server.log") as server:
         health = httpx.get(f"{server.url}/health").json()
         assert (health["judge_kind"], health["model_loaded"]) == ("generative", True)
-        body = httpx.post(
-            f"{server.url}/judge",
-            json={"prompt": "What is 2 + 2?", "completion": "It is 4.", "request_id": "g1"},
-            timeout=60,
-        ).json()
+        body = httpx.post(f"{server.url}/judge", json={**question, "request_id": "g1"}, timeout=60).json()
     assert body["request_id"] == "g1"
-    # A 2-step judge may or may not answer in format; either way the server says which, never a silent 0.
-    assert (body["score"] is not None and 0.0 <= body["score"] <= 1.0) != bool(body["error"])
+    answer = greedy_pointwise_answer(export, question["prompt"], question["completion"])
+    judgement = templates.parse_pointwise(answer)
+    if judgement.ok:  # whether a 2-step judge answers in format is the model's business; the server must agree
+        assert (body["score"], body["error"]) == (templates.normalized_score(judgement.value), None)
+        assert body["metadata"]["judge_score"] == judgement.value
+    else:
+        assert body["score"] is None and body["error"].startswith(f"unparsable judge answer: {judgement.error}")
+        assert body["metadata"]["judge_output"] == answer
+
+
+def greedy_pointwise_answer(model_dir: Path, prompt: str, completion: str) -> str:
+    """The exported judge's own greedy answer to the pointwise template, generated in this process with plain
+    transformers (up to the end of its turn): what the served judge must have parsed."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    text = tokenizer.apply_chat_template(
+        templates.pointwise_messages(prompt, completion), tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    configured = model.generation_config.eos_token_id
+    stop_ids = {*(configured if isinstance(configured, list) else [configured]), tokenizer.eos_token_id} - {None}
+    with torch.inference_mode():
+        output = model.generate(ids, max_new_tokens=SERVED_NEW_TOKENS, do_sample=False, eos_token_id=sorted(stop_ids))
+    new_tokens = output[0, ids.shape[1] :].tolist()
+    kept = new_tokens[: next((i for i, token in enumerate(new_tokens) if token in stop_ids), len(new_tokens))]
+    return tokenizer.decode(kept, skip_special_tokens=True)
 
 
 def test_pairwise_is_submitted_to_a_running_cluster(warm_judge, tmp_path, ray_tmpdir, ray_cluster):

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from judge_rewards.protocol import templates as t
 
@@ -10,6 +12,7 @@ from judge_rewards.protocol import templates as t
         ("<think>a\nb</think>\n<score> 0 </score>\n", 0),
         ("<score>4</score>", 4),  # reasoning is optional for parsing; rewards check has_think
         ("<think>I first thought <score>1</score></think><score>2</score>", 2),  # tags in think ignored
+        ("\n<think>x</think>\n\n<score>1</score> and that is all", 1),
     ],
 )
 def test_parse_pointwise_accepts(text, value):
@@ -25,13 +28,27 @@ def test_parse_pointwise_accepts(text, value):
         ("<think>unfinished <score>3</score>", "never closed"),
         ("<think>x</think>", "no <score>"),
         ("<think>x <score>3</score></think>", "no <score>"),  # only inside the reasoning
-        ("<think>x</think><score>3</score><score>4</score>", "2 <score> tags"),
-        ("<think>x</think><score>3</score><score>", "2 <score> tags"),
+        ("<think>x</think><score>3</score><score>4</score>", "2 <score> and 2 </score> tags"),
+        ("<think>x</think><score>3</score><score>", "2 <score> and 1 </score> tags"),
         ("<think>x</think><score>7</score>", "outside 0..4"),
-        ("<think>x</think><score>-1</score>", "outside 0..4"),
-        ("<think>x</think><score>3.5</score>", "not an integer"),
-        ("<think>x</think><score>three</score>", "not an integer"),
-        ("<think>x</think><score></score>", "not an integer"),
+        ("<think>x</think><score>10</score>", "outside 0..4"),
+        ("<think>x</think><score>" + "9" * 100_000 + "</score>", "outside 0..4"),
+        ("<think>x</think><score>-1</score>", "not a plain integer"),
+        ("<think>x</think><score>3.5</score>", "not a plain integer"),
+        ("<think>x</think><score>three</score>", "not a plain integer"),
+        ("<think>x</think><score></score>", "not a plain integer"),
+        ("<think>x</think><score>\uff13</score>", "not a plain integer"),  # full-width 3
+        ("<think>x</think><score>\u0663</score>", "not a plain integer"),  # Arabic-Indic 3
+        ("<think>x</think><score>+3</score>", "not a plain integer"),
+        ("<think>x</think><score>-0</score>", "not a plain integer"),
+        ("<think>x</think><score>03</score>", "not a plain integer"),
+        ("<think>x</think><score>3 4</score>", "not a plain integer"),
+        ("<think>x</think><score>\u30003</score>", "not a plain integer"),  # ideographic space is not ASCII
+        ("<think>x</think><score>\xa03\xa0</score>", "not a plain integer"),  # nor is a no-break space
+        ("<think>x</think><score>3</score></score>", "1 <score> and 2 </score> tags"),
+        ("<think>x</think></score><score>3</score>", "1 <score> and 2 </score> tags"),
+        ("<think>x</think></score>3<score>", "</score> before <score>"),
+        ("<think>a</think><think>b <score>3</score>", "never closed"),  # the score stands in an open block
         ("<think>" + "blah " * 200_000 + "</think>", "no <score>"),
     ],
 )
@@ -45,12 +62,77 @@ def test_parse_pointwise_rejects_non_text():
     assert "not text" in t.parse_pointwise(None).error
 
 
+@pytest.mark.parametrize(
+    "text, reasoning",
+    [
+        ("<think>fine</think><score>3</score>", "fine"),
+        ("<think></think><score>3</score>", ""),
+        ("\n <think>\nstep 1\nstep 2\n</think>\n<score>3</score>", "step 1\nstep 2"),
+    ],
+)
+def test_a_well_formed_think_block_is_the_reasoning(text, reasoning):
+    judgement = t.parse_pointwise(text)
+    assert (judgement.value, judgement.has_think, judgement.reasoning) == (3, True, reasoning)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "</think><score>3</score>",  # closed but never opened
+        "so it is good</think><score>3</score>",
+        "Sure! <think>fine</think><score>3</score>",  # text before the block
+        "<think>a</think><think>b</think><score>3</score>",  # two blocks
+        "<think>a <think>b</think><score>3</score>",  # opened twice
+        "<think>a</think>b</think><score>3</score>",  # closed twice
+        "<THINK>a</think><score>3</score>",
+    ],
+)
+def test_only_a_well_formed_think_block_counts_as_reasoning(text):
+    """The answer after the last </think> still counts; the think credit needs exactly `<think>..</think>`."""
+    judgement = t.parse_pointwise(text)
+    assert (judgement.value, judgement.has_think, judgement.reasoning) == (3, False, None)
+    pairwise = t.parse_pairwise(text.replace("<score>3</score>", "<better>B</better>"))
+    assert (pairwise.value, pairwise.has_think) == ("B", False)
+
+
+_ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
+# Characters a lenient parser would accept as (parts of) a value: digits and letters of other scripts,
+# signs, Unicode spaces and separators; mixed with any character but the tag's "<".
+_LOOKALIKES = "0123456789+-.ABab \t\n\x0b\x1c\x85\xa0\u2003\u3000\uff10\uff13\uff21\u0663\u0410\U0001d7d1"
+_VALUE_TEXT = st.text(st.sampled_from(_LOOKALIKES), max_size=3) | st.text(st.characters(exclude_characters="<"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUE_TEXT)
+def test_a_score_parses_only_as_one_plain_ascii_digit_in_range(value):
+    judgement = t.parse_pointwise(f"<think>r</think><score>{value}</score>")
+    expected = value.strip(_ASCII_WHITESPACE)
+    if expected in {"0", "1", "2", "3", "4"}:
+        assert judgement.value == int(expected)
+    else:
+        assert judgement.value is None and judgement.error
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUE_TEXT)
+def test_a_verdict_parses_only_as_an_ascii_capital_a_or_b(value):
+    judgement = t.parse_pairwise(f"<think>r</think><better>{value}</better>")
+    expected = value.strip(_ASCII_WHITESPACE)
+    if expected in {"A", "B"}:
+        assert judgement.value == expected
+    else:
+        assert judgement.value is None and judgement.error
+
+
 def test_parse_pointwise_huge_valid_answer():
     judgement = t.parse_pointwise("<think>" + "x" * 1_000_000 + "</think><score>1</score>")
     assert judgement.value == 1 and judgement.has_think
 
 
-@pytest.mark.parametrize("text, value", [("<think>.</think><better>A</better>", "A"), ("<better> B </better>", "B")])
+@pytest.mark.parametrize(
+    "text, value",
+    [("<think>.</think><better>A</better>", "A"), ("<better> B </better>", "B"), ("<better>\tA\r\n</better>", "A")],
+)
 def test_parse_pairwise_accepts(text, value):
     assert t.parse_pairwise(text).value == value
 
@@ -60,7 +142,15 @@ def test_parse_pairwise_accepts(text, value):
     [
         ("<think>.</think><better>C</better>", "not one of"),
         ("<think>.</think><better>a</better>", "not one of"),
-        ("<think>.</think><better>A</better><better>B</better>", "2 <better> tags"),
+        ("<think>.</think><better>b</better>", "not one of"),
+        ("<think>.</think><better>\uff21</better>", "not one of"),  # full-width A
+        ("<think>.</think><better>\u0410</better>", "not one of"),  # Cyrillic A
+        ("<think>.</think><better>\u3000B\u3000</better>", "not one of"),  # ideographic spaces
+        ("<think>.</think><better>A B</better>", "not one of"),
+        ("<think>.</think><better>A.</better>", "not one of"),
+        ("<think>.</think><better>A</better></better>", "1 <better> and 2 </better> tags"),
+        ("<think>a</think><think>b <better>A</better>", "never closed"),
+        ("<think>.</think><better>A</better><better>B</better>", "2 <better> and 2 </better> tags"),
         ("<think><better>A</better></think>", "no <better>"),
         ("<think>.</think><score>3</score>", "no <better>"),
     ],

@@ -8,8 +8,15 @@ Answer formats:
   pairwise   <think>reasoning</think><better>A</better>  A or B
 
 Parsing is strict on purpose (a GRPO policy learns to exploit any leniency): the answer tag is looked
-for only after the last ``</think>``, exactly one answer tag must be there, and its content must be a
-valid value. Anything else is a format failure with a reason, never a guessed prediction.
+for only after the last ``</think>``, exactly one answer tag (one opening, one closing) must be there,
+and its content, less surrounding ASCII whitespace, must be a valid value written in ASCII: a score is
+one of the digits 0..4 (no sign, no leading zero, no other script's digits), a verdict the capital
+letter A or B. A ``<think>`` left open after the last ``</think>`` is a failure too. Anything else is a
+format failure with a reason, never a guessed prediction.
+
+The reasoning counts (``has_think``) only as one well-formed block: the answer starts, after
+whitespace, with ``<think>`` and the reasoning holds no other think tag up to its ``</think>``. A bare
+``</think>`` still ends the reasoning part, so the answer after it is parsed, but earns no such credit.
 """
 
 from __future__ import annotations
@@ -104,66 +111,96 @@ def pairwise_messages(prompt: Conversation, response_a: str, response_b: str) ->
 
 @dataclass(frozen=True)
 class Judgement:
-    """A parsed judge answer: `value` when the format is right, else `error` says why not."""
+    """A parsed judge answer: `value` when the format is right, else `error` says why not. `reasoning` is
+    the content of a well-formed think block (`has_think`), else None."""
 
     value: int | str | None
     error: str | None = None
-    has_think: bool = False
+    reasoning: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def has_think(self) -> bool:
+        return self.reasoning is not None
 
-def _answer_part(text: str) -> tuple[str | None, bool, str | None]:
-    """(text after the reasoning, whether a think block closed, error)."""
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
+_PLAIN_INTEGER = re.compile(r"0|[1-9][0-9]*")  # explicit [0-9]: \d would take any script's digits
+
+
+def _split_reasoning(text: str) -> tuple[str | None, str | None, str | None]:
+    """(reasoning of a well-formed think block or None, the answer after the last </think>, error)."""
     if not isinstance(text, str):
-        return None, False, f"answer is {type(text).__name__}, not text"
-    closing = text.rfind("</think>")
-    if closing >= 0:
-        return text[closing + len("</think>") :], True, None
-    if "<think>" in text:
-        return None, False, "<think> is never closed"
-    return text, False, None
+        return None, None, f"answer is {type(text).__name__}, not text"
+    reasoning_part, closed, answer = text.rpartition(_THINK_CLOSE)  # ("", "", text) without a </think>
+    if _THINK_OPEN in answer:
+        return None, None, f"{_THINK_OPEN} is never closed"
+    return _well_formed_reasoning(reasoning_part) if closed else None, answer, None
+
+
+def _well_formed_reasoning(reasoning_part: str) -> str | None:
+    """The content of `<think>content` (what precedes the last </think>), if that is all there is."""
+    block = reasoning_part.lstrip(_ASCII_WHITESPACE)
+    if not block.startswith(_THINK_OPEN):
+        return None
+    content = block[len(_THINK_OPEN) :]
+    if _THINK_OPEN in content or _THINK_CLOSE in content:
+        return None
+    return content.strip(_ASCII_WHITESPACE)
 
 
 def _single_tag(answer: str, tag: str) -> tuple[str | None, str | None]:
-    """The content of exactly one <tag>..</tag> in `answer`, or an error."""
-    contents = re.findall(rf"<{tag}>(.*?)</{tag}>", answer, flags=re.DOTALL)
-    if not contents:
-        return None, f"no <{tag}>...</{tag}> after the reasoning"
-    if len(contents) > 1 or answer.count(f"<{tag}>") != 1:
-        return None, f"{answer.count(f'<{tag}>')} <{tag}> tags, expected exactly one"
-    return contents[0].strip(), None
+    """The content, less surrounding ASCII whitespace, of the one <tag>..</tag> in `answer`, or an error."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    openings, closings = answer.count(opening), answer.count(closing)
+    if openings == closings == 0:
+        return None, f"no {opening}...{closing} after the reasoning"
+    if openings != 1 or closings != 1:
+        return None, f"{openings} {opening} and {closings} {closing} tags, expected exactly one {opening}...{closing}"
+    start, end = answer.find(opening), answer.find(closing)
+    if end < start:
+        return None, f"{closing} before {opening}"
+    return answer[start + len(opening) : end].strip(_ASCII_WHITESPACE), None
+
+
+def _parse(text: str, tag: str, read_value) -> Judgement:
+    """`read_value(content)` of the one <tag> after the reasoning: (value, None) or (None, error)."""
+    value = None
+    reasoning, answer, error = _split_reasoning(text)
+    if error is None:
+        content, error = _single_tag(answer, tag)
+    if error is None:
+        value, error = read_value(content)
+    return Judgement(value, error, reasoning)
+
+
+def _score_value(content: str) -> tuple[int | None, str | None]:
+    if not _PLAIN_INTEGER.fullmatch(content):
+        return None, f"score {content[:40]!r} is not a plain integer (ASCII digits, no sign, no leading zero)"
+    # The length check first: int() of a huge digit string is slow, and refused beyond 4300 digits.
+    if len(content) > len(str(MAX_SCORE)) or not MIN_SCORE <= int(content) <= MAX_SCORE:
+        return None, f"score {content[:40]} outside {MIN_SCORE}..{MAX_SCORE}"
+    return int(content), None
+
+
+def _better_value(content: str) -> tuple[str | None, str | None]:
+    if content not in PAIRWISE_CHOICES:
+        return None, f"better {content[:40]!r} is not one of {PAIRWISE_CHOICES}"
+    return content, None
 
 
 def parse_pointwise(text: str) -> Judgement:
-    """Parse `<think>..</think><score>N</score>`; N must be an integer in MIN_SCORE..MAX_SCORE."""
-    answer, has_think, error = _answer_part(text)
-    if error:
-        return Judgement(None, error, has_think)
-    content, error = _single_tag(answer, "score")
-    if error:
-        return Judgement(None, error, has_think)
-    if not re.fullmatch(r"[+-]?\d{1,6}", content):
-        return Judgement(None, f"score {content[:40]!r} is not an integer", has_think)
-    score = int(content)
-    if not MIN_SCORE <= score <= MAX_SCORE:
-        return Judgement(None, f"score {score} outside {MIN_SCORE}..{MAX_SCORE}", has_think)
-    return Judgement(score, None, has_think)
+    """Parse `<think>..</think><score>N</score>`; N must be one of the ASCII digits MIN_SCORE..MAX_SCORE."""
+    return _parse(text, "score", _score_value)
 
 
 def parse_pairwise(text: str) -> Judgement:
-    """Parse `<think>..</think><better>A|B</better>`."""
-    answer, has_think, error = _answer_part(text)
-    if error:
-        return Judgement(None, error, has_think)
-    content, error = _single_tag(answer, "better")
-    if error:
-        return Judgement(None, error, has_think)
-    if content not in PAIRWISE_CHOICES:
-        return Judgement(None, f"better {content[:40]!r} is not one of {PAIRWISE_CHOICES}", has_think)
-    return Judgement(content, None, has_think)
+    """Parse `<think>..</think><better>A|B</better>`: the ASCII capital A or B."""
+    return _parse(text, "better", _better_value)
 
 
 def normalized_score(score: int) -> float:

@@ -67,17 +67,9 @@ class GenerativeJudge(Judge):
             )
         return Verdict(
             score=templates.normalized_score(judgement.value),
-            explanation=_reasoning(generation.text),
+            explanation=(judgement.reasoning or "").strip(),
             metadata={"judge_score": judgement.value, **metadata},
         )
-
-
-def _reasoning(text: str) -> str:
-    """The judge's reasoning: what stands inside its think block, if it wrote one."""
-    start, end = text.find("<think>"), text.rfind("</think>")
-    if end < 0:
-        return ""
-    return text[start + len("<think>") if 0 <= start < end else 0 : end].strip()
 
 
 def _make_generator(config: JudgeConfig, tokenizer) -> Generator:
