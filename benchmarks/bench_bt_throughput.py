@@ -1,38 +1,40 @@
-"""Benchmark 3: Bradley-Terry training throughput and padding, our trainer vs TRL's RewardTrainer.
+"""Benchmark 3: Bradley-Terry training throughput: our trainer packed and padded, and TRL's RewardTrainer.
 
-    python -m benchmarks.bench_bt_throughput --base-model models/smollm2 --data data       # the measurement
-    python -m benchmarks.bench_bt_throughput --base-model DIR --data DIR --smoke           # tiny model, < 60 s
+    python -m benchmarks.bench_bt_throughput --base-model models/smollm2                 # the measurement
+    python -m benchmarks.bench_bt_throughput --base-model DIR --smoke                    # tiny model, 1-2 min
+    python -m benchmarks.bench_bt_throughput --base-model models/smollm2 --data data     # pairs of a data_prep folder
 
-(`python -m data_prep base-model smollm2 --out models/smollm2` and `python -m data_prep offline --out data`
-make the inputs; `python -m data_prep base-model tiny --out DIR` the smoke model.) Four methods, one after
-the other in this one run, on the same machine:
+(`python -m data_prep base-model smollm2 --out models/smollm2` makes the model, `python -m data_prep
+base-model tiny --out DIR` the smoke model.) Three methods on the same machine, in one run:
 
-- bt_trainer: ours, through the real launcher (`run_bt_rm.sh`, verl's FSDP SFT trainer in CPU mode, one
-  process) with the recipe's default STRATEGY=fsdp2. Each step's pairs are sorted by length into
-  micro-batches, each cut to its own longest sequence. Its step time, real tokens and computed positions are
-  read from the run's metrics file.
-- bt_trainer_fsdp1: the same with STRATEGY=fsdp. On one process FSDP1 falls back to NO_SHARD, while FSDP2
-  still copies each layer's parameters into full buffers (unshard) before its forward and its backward; the
-  difference between the two rows is what that costs here.
+- bt_packed: ours, through the real launcher (`run_bt_rm.sh`, verl's FSDP SFT trainer in CPU mode, one
+  process, STRATEGY=fsdp as the CPU configs), with the recipe's default `bt.packing=true`: each pair's
+  shared prompt once and both responses, several pairs per forward, no padding.
+- bt_padded: the same with `bt.packing=false`: each step's pairs sorted by length into micro-batches, each
+  cut to its own longest sequence (the trainer's batching before packing).
 - trl: TRL's RewardTrainer (the `bench` extra), whose collator pads each micro-batch to its longest sequence.
-- pad_to_max_length: the anchor cookbook's batching, every sequence padded to max_length. That cookbook's own
-  trainer is not part of this project, so this is TRL's RewardTrainer again with its collator padding to a
-  multiple of max_length (`pad_to_multiple_of`), i.e. to max_length exactly. The anchor pads to 4096; a
-  modest max_length keeps this run to minutes, and its padding share grows with max_length.
+
+The pairs: by default HelpSteer2-like conversations made up here (`helpsteer2_like_pairs`): long-tailed
+prompt and response lengths, some prompts multi-turn. Its shape follows HelpSteer2's description (ShareGPT
+prompts, a part of them multi-turn, responses of hundreds of words); its medians and spreads are assumptions
+that look like that, not statistics computed from the dataset (none is available offline here). `--data DIR`
+uses a data_prep folder's bradley_terry/train.parquet instead (e.g. `python -m data_prep helpsteer2`).
 
 The same for all: base model with a fresh 1-label head, fp32, SDPA attention, no gradient checkpointing,
-torch AdamW (betas 0.9/0.95, weight decay 0.001), LR with cosine schedule, gradient clip 2.0; the first
-steps x batch pairs of bradley_terry/train.parquet, visited in the order our trainer's sampler visits them
-(TRL gets them in that order and reads them in sequence); the same pairs per optimizer step, pairs per
-forward and optimizer steps; OMP_NUM_THREADS threads. TRL tokenizes the conversations itself; the benchmark
-checks that every method computed the same real tokens at every step (so the same pairs, tokenized alike).
+torch AdamW (betas 0.9/0.95, weight decay 0.001), LR with cosine schedule, gradient clip 2.0; the same pairs,
+visited in the order our trainer's sampler visits them (TRL gets them in that order and reads them in
+sequence); the same pairs per optimizer step, pairs per micro-batch (packing: its default token budget,
+micro-batch x 2 x max_length), optimizer steps; OMP_NUM_THREADS threads. TRL tokenizes the conversations
+itself; the benchmark checks that every method computed the same real tokens at every step (so the same
+pairs, tokenized alike), and that our trainer counted the useful tokens it computes here.
 
 A step's time runs from its start to the end of its optimizer step (verl: the trainer's train/time(s); TRL:
-its on_step_begin to on_step_end callbacks), the batch already collated. The first --warmup-steps steps
-(allocations, first-call costs) are not timed; model loading, validation and checkpoints are outside every
-step. Throughput = tokens of the timed steps / their time: real tokens, or processed (real + padding, every
-position the model computed). On a CPU a padded position costs as much as a real one, so real tokens/s is
-the figure of merit. Run it on an otherwise idle machine: the load average is recorded with the results.
+its on_step_begin to on_step_end callbacks), the batch already collated. The first --warmup-steps steps are
+not timed; model loading, validation and checkpoints are outside every step. The figure of merit is useful
+tokens per second: the tokens a pair needs computed (its prompt once and both responses) over the timed
+steps' time, the same tokens for every method. Each method runs --repetitions times, interleaved (A B C A B
+C ...), and the results give the median and the range; the 1-minute load average is recorded before every
+run. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +50,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from torch.utils.data import DistributedSampler
 
@@ -54,21 +58,110 @@ from benchmarks.common import RESULTS_DIR, markdown_table, write_results
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO_ROOT / "cookbooks" / "training_judge_model" / "bradley-terry" / "run_bt_rm.sh"
-LAUNCHER_STRATEGIES = {"bt_trainer": "fsdp2", "bt_trainer_fsdp1": "fsdp"}
+PACKING = {"bt_packed": True, "bt_padded": False}  # our trainer's methods: their bt.packing
 METHODS = {
-    "bt_trainer": "ours: run_bt_rm.sh, STRATEGY=fsdp2 (length-grouped micro-batches, each padded to its longest)",
-    "bt_trainer_fsdp1": "ours, the same with STRATEGY=fsdp",
+    "bt_packed": "ours: run_bt_rm.sh, bt.packing=true (each prompt once, pairs packed per forward, no padding)",
+    "bt_padded": "ours, bt.packing=false (length-sorted micro-batches, each padded to its longest)",
     "trl": "TRL RewardTrainer (each micro-batch padded to its longest)",
-    "pad_to_max_length": "every sequence padded to max_length (anchor cookbook's batching; TRL collator)",
 }
+STRATEGY = "fsdp"  # one process: FSDP1 leaves the model unsharded (the CPU configs' choice)
 # Optimizer and schedule of training/configs/bradley_terry.yaml, given to both trainers (they hardly change a
 # step's cost, but "the same training" should not differ in them).
 WEIGHT_DECAY = 0.001
 ADAM_BETAS = (0.9, 0.95)
 WARMUP_STEPS_RATIO = 0.03
 CLIP_GRAD = 2.0
-DEFAULTS = {"steps": 8, "warmup_steps": 2, "batch_size": 16, "micro_batch_size": 8, "max_length": 128}
-SMOKE = {"steps": 3, "warmup_steps": 1, "batch_size": 4, "micro_batch_size": 2, "max_length": 128}
+DEFAULTS = {"steps": 5, "warmup_steps": 1, "batch_size": 8, "micro_batch_size": 4, "repetitions": 5}
+SMOKE = {"steps": 2, "warmup_steps": 1, "batch_size": 4, "micro_batch_size": 2, "repetitions": 2}
+SEED = 0
+
+# HelpSteer2-like lengths, in words (about 1.3 tokens each with SmolLM2's tokenizer): log-normal medians and
+# spreads (sigma of the log), clipped. Assumed, see the module's docstring.
+PROMPT_WORDS = (50, 1.0, 3, 500)
+RESPONSE_WORDS = (170, 0.6, 5, 600)
+EARLIER_USER_WORDS = (30, 0.8, 2, 200)
+EARLIER_ASSISTANT_WORDS = (120, 0.6, 5, 400)
+MULTI_TURN_SHARE = 0.3  # prompts with 1-2 earlier exchanges
+WORDS = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "or",
+    "from",
+    "at",
+    "which",
+    "an",
+    "have",
+    "not",
+    "they",
+    "but",
+    "one",
+    "all",
+    "their",
+    "can",
+    "has",
+    "more",
+    "if",
+    "will",
+    "about",
+    "would",
+    "there",
+    "what",
+    "so",
+    "out",
+    "up",
+    "use",
+    "its",
+    "into",
+    "time",
+    "only",
+    "new",
+    "some",
+    "could",
+    "these",
+    "two",
+    "may",
+    "first",
+    "any",
+    "like",
+    "other",
+    "than",
+    "then",
+    "now",
+    "way",
+    "people",
+    "data",
+    "model",
+    "answer",
+    "code",
+    "example",
+    "function",
+    "value",
+    "because",
+    "however",
+    "result",
+    "question",
+    "important",
+    "different",
+    "number",
+    "system",
+    "each",
+    "following",
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +170,9 @@ class Setup:
     steps: int
     warmup_steps: int
     batch_size: int  # pairs per optimizer step
-    micro_batch_size: int  # pairs per forward (2 sequences each)
+    micro_batch_size: int  # pairs per micro-batch (2 sequences each); packing: sets its token budget
     max_length: int
+    repetitions: int
     lr: float
     threads: int
 
@@ -90,6 +184,31 @@ class Setup:
 # --- data --------------------------------------------------------------------------------------------
 
 
+def helpsteer2_like_pairs(count: int, seed: int = SEED) -> pd.DataFrame:
+    """`count` pairs (chosen, rejected as JSON message lists, margin 1) with HelpSteer2-like lengths; both
+    sides share the prompt and answer it with responses of independent lengths."""
+    rng = np.random.default_rng(seed)
+
+    def text(spec) -> str:
+        median, sigma, low, high = spec
+        length = int(np.clip(round(rng.lognormal(np.log(median), sigma)), low, high))
+        return " ".join(rng.choice(WORDS, size=length))
+
+    rows = []
+    for _ in range(count):
+        prompt = []
+        if rng.random() < MULTI_TURN_SHARE:
+            for _ in range(int(rng.integers(1, 3))):
+                prompt += [
+                    {"role": "user", "content": text(EARLIER_USER_WORDS)},
+                    {"role": "assistant", "content": text(EARLIER_ASSISTANT_WORDS)},
+                ]
+        prompt.append({"role": "user", "content": text(PROMPT_WORDS)})
+        chosen, rejected = (prompt + [{"role": "assistant", "content": text(RESPONSE_WORDS)}] for _ in range(2))
+        rows.append({"chosen": json.dumps(chosen), "rejected": json.dumps(rejected), "margin": 1.0})
+    return pd.DataFrame(rows)
+
+
 def trainer_order(pairs: int) -> list[int]:
     """The order in which our trainer visits a file of `pairs` pairs on one process: the shuffle of its
     DistributedSampler (seed 0) in epoch 0."""
@@ -98,18 +217,21 @@ def trainer_order(pairs: int) -> list[int]:
     return list(sampler)
 
 
-def write_subsets(data_dir: Path, setup: Setup, work: Path) -> tuple[Path, Path]:
-    """The first steps x batch training pairs, and one micro-batch of validation pairs (the launcher
-    validates once at the end; nothing here times it)."""
-    train = pd.read_parquet(data_dir / "bradley_terry" / "train.parquet")
-    if len(train) < setup.pairs:
-        raise SystemExit(
-            f"{data_dir}/bradley_terry/train.parquet has {len(train)} pairs, fewer than steps x batch = {setup.pairs}"
-        )
-    val = pd.read_parquet(data_dir / "bradley_terry" / "val.parquet")
+def write_pairs(data_dir: Path | None, pairs: int, micro_batch_size: int, work: Path) -> tuple[Path, Path]:
+    """`pairs` training pairs (HelpSteer2-like, or the first of data_dir's), and one micro-batch of validation
+    pairs (the launcher validates once at the end; nothing here times it)."""
+    if data_dir is None:
+        train, val = helpsteer2_like_pairs(pairs), helpsteer2_like_pairs(micro_batch_size, seed=SEED + 1)
+    else:
+        train = pd.read_parquet(data_dir / "bradley_terry" / "train.parquet")
+        val = pd.read_parquet(data_dir / "bradley_terry" / "val.parquet")
+        if len(train) < pairs:
+            raise SystemExit(
+                f"{data_dir}/bradley_terry/train.parquet has {len(train)} pairs, fewer than steps x batch = {pairs}"
+            )
     paths = (work / "train.parquet", work / "val.parquet")
-    train.head(setup.pairs).to_parquet(paths[0])
-    val.head(setup.micro_batch_size).to_parquet(paths[1])
+    train.head(pairs).to_parquet(paths[0])
+    val.head(micro_batch_size).to_parquet(paths[1])
     return paths
 
 
@@ -121,28 +243,41 @@ def conversations_in_trainer_order(train_file: Path) -> list[dict]:
     ]
 
 
-def require_within_max_length(setup: Setup, train_file: Path) -> None:
-    """Our trainer truncates a longer sequence and TRL drops its pair: the methods would differ in data."""
+def token_ids_in_trainer_order(base_model: str, train_file: Path) -> list[tuple[list[int], list[int]]]:
+    """Each pair's (chosen, rejected) token ids as our trainer reads them, in its order."""
     from transformers import AutoTokenizer
 
     from judge_rewards.protocol.templates import conversation_token_ids
-    from training.bt_trainer import parse_conversation
 
-    tokenizer = AutoTokenizer.from_pretrained(setup.base_model)
-    rows = pd.read_parquet(train_file)
-    conversations = [parse_conversation(cell, "pair") for column in ("chosen", "rejected") for cell in rows[column]]
-    longest = max(len(ids) for ids in conversation_token_ids(tokenizer, conversations))
-    if longest > setup.max_length:
-        raise SystemExit(
-            f"the longest sequence of the pairs has {longest} tokens, more than --max-length "
-            f"{setup.max_length}; raise --max-length"
-        )
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    pairs = conversations_in_trainer_order(train_file)
+    ids = conversation_token_ids(tokenizer, [pair[side] for pair in pairs for side in ("chosen", "rejected")])
+    return list(zip(ids[0::2], ids[1::2], strict=True))
 
 
-# --- method 1: our trainer, through its launcher -----------------------------------------------------
+def max_length_for(pairs: list[tuple[list[int], list[int]]], given: int | None) -> int:
+    """The given max_length, checked to hold every sequence (our trainer would truncate a longer one and TRL
+    drop its pair: the methods would differ in data); by default the longest sequence, rounded up to 64."""
+    longest = max(len(ids) for pair in pairs for ids in pair)
+    if given is None:
+        return -(-longest // 64) * 64
+    if longest > given:
+        raise SystemExit(f"the longest sequence of the pairs has {longest} tokens, more than --max-length {given}")
+    return given
 
 
-def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path, save_dir: Path) -> dict[str, str]:
+def useful_tokens_per_step(pairs: list[tuple[list[int], list[int]]], batch_size: int) -> list[int]:
+    """Per step, the tokens its pairs need computed: each prompt once and both responses."""
+    from training.packing import useful_tokens
+
+    per_pair = [useful_tokens(chosen, rejected) for chosen, rejected in pairs]
+    return [sum(per_pair[start : start + batch_size]) for start in range(0, len(per_pair), batch_size)]
+
+
+# --- our trainer, through its launcher ---------------------------------------------------------------
+
+
+def launcher_knobs(setup: Setup, train_file: Path, val_file: Path, save_dir: Path) -> dict[str, str]:
     knobs = {
         "MODEL_PATH": setup.base_model,
         "TRAIN_FILE": train_file,
@@ -153,7 +288,7 @@ def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path
         "MAX_LENGTH": setup.max_length,
         "LR": setup.lr,
         "TOTAL_EPOCHS": 1,
-        "STRATEGY": strategy,
+        "STRATEGY": STRATEGY,
         "N_GPUS_PER_NODE": 1,
         "NNODES": 1,
         "JUDGE_CPU_DTYPE": "fp32",
@@ -163,9 +298,10 @@ def launcher_knobs(setup: Setup, strategy: str, train_file: Path, val_file: Path
     return {key: str(value) for key, value in knobs.items()}
 
 
-def launcher_settings(setup: Setup) -> list[str]:
+def launcher_settings(setup: Setup, packing: bool) -> list[str]:
     """The run's other settings, as key=value arguments of the launcher (the recipe config's keys)."""
     return [
+        f"bt.packing={str(packing).lower()}",
         "data.truncation=error",
         f"trainer.total_training_steps={setup.steps}",
         f"optim.weight_decay={WEIGHT_DECAY}",
@@ -183,10 +319,9 @@ def launcher_settings(setup: Setup) -> list[str]:
     ]
 
 
-def run_bt_trainer(setup: Setup, strategy: str, train_file: Path, val_file: Path, work: Path) -> list[dict]:
-    save_dir = work / f"bt_trainer_{strategy}"
-    env = {**os.environ, **launcher_knobs(setup, strategy, train_file, val_file, save_dir)}
-    command = ["bash", str(LAUNCHER), *launcher_settings(setup)]
+def run_bt_trainer(setup: Setup, packing: bool, train_file: Path, val_file: Path, save_dir: Path) -> list[dict]:
+    env = {**os.environ, **launcher_knobs(setup, train_file, val_file, save_dir)}
+    command = ["bash", str(LAUNCHER), *launcher_settings(setup, packing)]
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{LAUNCHER.name} failed ({result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}")
@@ -203,13 +338,14 @@ def steps_from_metrics_file(path: Path) -> list[dict]:
                 {
                     "time_s": data["train/time(s)"],
                     "real_tokens": round(data["train/real_tokens"]),
+                    "useful_tokens": round(data["train/useful_tokens"]),
                     "computed_tokens": round(data["train/computed_tokens"]),
                 }
             )
     return steps
 
 
-# --- methods 2 and 3: TRL ----------------------------------------------------------------------------
+# --- TRL ---------------------------------------------------------------------------------------------
 
 
 def import_trl():
@@ -237,7 +373,7 @@ class CountingCollator:
         return batch
 
 
-def trl_config(setup: Setup, output_dir: Path, pad_to_multiple_of: int | None):
+def trl_config(setup: Setup, output_dir: Path):
     return import_trl().RewardConfig(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -250,7 +386,6 @@ def trl_config(setup: Setup, output_dir: Path, pad_to_multiple_of: int | None):
         gradient_accumulation_steps=setup.batch_size // setup.micro_batch_size,
         max_steps=setup.steps,
         max_length=setup.max_length,
-        pad_to_multiple_of=pad_to_multiple_of,
         optim="adamw_torch",
         learning_rate=setup.lr,
         weight_decay=WEIGHT_DECAY,
@@ -267,7 +402,8 @@ def trl_config(setup: Setup, output_dir: Path, pad_to_multiple_of: int | None):
     )
 
 
-def run_trl(setup: Setup, train_file: Path, work: Path, pad_to_multiple_of: int | None) -> list[dict]:
+def run_trl(setup: Setup, train_file: Path, output_dir: Path, useful: list[int]) -> list[dict]:
+    """TRL's steps; `useful`: each step's useful tokens (TRL does not count them; the pairs decide them)."""
     import torch
     from datasets import Dataset
     from torch.utils.data import SequentialSampler
@@ -294,11 +430,9 @@ def run_trl(setup: Setup, train_file: Path, work: Path, pad_to_multiple_of: int 
             return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
 
     torch.set_num_threads(setup.threads)
-    config = trl_config(setup, work / "trl", pad_to_multiple_of)
+    config = trl_config(setup, output_dir)
     timer = StepTimer()
-    collator = CountingCollator(
-        DataCollatorForPreference(pad_token_id=pad_token_id(setup.base_model), pad_to_multiple_of=pad_to_multiple_of)
-    )
+    collator = CountingCollator(DataCollatorForPreference(pad_token_id=pad_token_id(setup.base_model)))
     trainer = InOrderRewardTrainer(
         model=setup.base_model,
         args=config,
@@ -307,7 +441,7 @@ def run_trl(setup: Setup, train_file: Path, work: Path, pad_to_multiple_of: int 
         callbacks=[timer],
     )
     trainer.train()
-    return trl_steps(timer.times, collator.counts, config.gradient_accumulation_steps)
+    return trl_steps(timer.times, collator.counts, config.gradient_accumulation_steps, useful)
 
 
 def pad_token_id(model_dir: str) -> int:
@@ -320,7 +454,9 @@ def pad_token_id(model_dir: str) -> int:
     return tokenizer.pad_token_id
 
 
-def trl_steps(times: list[float], counts: list[tuple[int, int]], micro_batches_per_step: int) -> list[dict]:
+def trl_steps(
+    times: list[float], counts: list[tuple[int, int]], micro_batches_per_step: int, useful: list[int]
+) -> list[dict]:
     if len(counts) != len(times) * micro_batches_per_step:
         raise RuntimeError(
             f"TRL collated {len(counts)} micro-batches for {len(times)} steps of {micro_batches_per_step}"
@@ -332,6 +468,7 @@ def trl_steps(times: list[float], counts: list[tuple[int, int]], micro_batches_p
             {
                 "time_s": seconds,
                 "real_tokens": sum(real for real, _ in step_counts),
+                "useful_tokens": useful[index],
                 "computed_tokens": sum(computed for _, computed in step_counts),
             }
         )
@@ -341,91 +478,138 @@ def trl_steps(times: list[float], counts: list[tuple[int, int]], micro_batches_p
 # --- results -----------------------------------------------------------------------------------------
 
 
-def summarize(steps: list[dict], warmup_steps: int) -> dict:
-    """Throughput over the timed steps; padding share over every step (it does not depend on timing)."""
+def summarize_run(steps: list[dict], warmup_steps: int, load_average: float) -> dict:
+    """One run: throughput over its timed steps; waste share (computed positions beyond the useful tokens:
+    padding and repeated prompts) over every step, as it does not depend on timing."""
     timed = steps[warmup_steps:]
     seconds = sum(step["time_s"] for step in timed)
-    real, computed = (sum(step[key] for step in steps) for key in ("real_tokens", "computed_tokens"))
     return {
+        "load_average_1min": round(load_average, 2),
         "steps": len(steps),
         "timed_steps": len(timed),
         "s_per_step": round(seconds / len(timed), 4),
-        "real_tokens_per_s": round(sum(step["real_tokens"] for step in timed) / seconds, 2),
-        "processed_tokens_per_s": round(sum(step["computed_tokens"] for step in timed) / seconds, 2),
-        "padding_share": round(1.0 - real / computed, 4),
+        **{
+            f"{kind}_tokens_per_s": round(sum(step[f"{kind}_tokens"] for step in timed) / seconds, 2)
+            for kind in ("useful", "real", "computed")
+        },
+        "waste_share": round(
+            1.0 - sum(s["useful_tokens"] for s in steps) / sum(s["computed_tokens"] for s in steps), 4
+        ),
         "per_step": steps,
     }
 
 
-def require_same_pairs(results: dict[str, dict]) -> None:
-    """Every method computed the same real tokens at every step: the same pairs, tokenized alike."""
-    reference = [step["real_tokens"] for step in results["trl"]["per_step"]]
-    for name, result in results.items():
-        tokens = [step["real_tokens"] for step in result["per_step"]]
-        if tokens != reference:
-            raise RuntimeError(f"{name} computed real tokens per step {tokens}, trl {reference}: not the same pairs")
+def require_same_tokens(runs: dict[str, list[dict]], useful: list[int]) -> None:
+    """Every run computed the same real tokens at every step (the same pairs, tokenized alike), and our
+    trainer counted each step's useful tokens as the pairs decide them; packed, it computed nothing else."""
+    reference = [step["real_tokens"] for step in runs["trl"][0]["per_step"]]
+    for name, method_runs in runs.items():
+        for run in method_runs:
+            tokens = [step["real_tokens"] for step in run["per_step"]]
+            if tokens != reference:
+                raise RuntimeError(
+                    f"{name} computed real tokens per step {tokens}, trl {reference}: not the same pairs"
+                )
+            counted = [step["useful_tokens"] for step in run["per_step"]]
+            if counted != useful:
+                raise RuntimeError(f"{name} counted useful tokens per step {counted}, the pairs have {useful}")
+    for run in runs["bt_packed"]:
+        computed = [step["computed_tokens"] for step in run["per_step"]]
+        if computed != useful:
+            raise RuntimeError(f"bt_packed computed {computed} positions per step, not the useful tokens {useful}")
 
 
-def add_ratios_to_trl(results: dict[str, dict]) -> None:
-    trl_speed = results["trl"]["real_tokens_per_s"]
-    for result in results.values():
-        result["real_tokens_per_s_vs_trl"] = round(result["real_tokens_per_s"] / trl_speed, 3)
+def method_summary(method_runs: list[dict]) -> dict:
+    """Median and range over a method's runs."""
+    summary = {"runs": method_runs}
+    for key in ("useful_tokens_per_s", "real_tokens_per_s", "s_per_step", "waste_share"):
+        values = [run[key] for run in method_runs]
+        summary[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return summary
 
 
-def report(results: dict[str, dict], setup: Setup, trl_version: str) -> str:
+def add_ratios(results: dict[str, dict]) -> None:
+    """Median useful tokens/s over TRL's and over the padded trainer's."""
+    for baseline in ("trl", "bt_padded"):
+        speed = results[baseline]["useful_tokens_per_s"]["median"]
+        for result in results.values():
+            result[f"useful_tokens_per_s_vs_{baseline}"] = round(result["useful_tokens_per_s"]["median"] / speed, 3)
+
+
+def report(results: dict[str, dict], setup: Setup, config: dict) -> str:
     headers = [
         "method",
-        "steps (timed)",
-        "s / step",
-        "real tokens/s",
-        "processed tokens/s",
-        "padding share",
-        "real tokens/s vs TRL",
+        "useful tokens/s: median (min-max)",
+        "s / step: median",
+        "real tokens/s: median",
+        "computed beyond useful (padding, repeated prompts)",
+        "vs TRL",
+        "vs padded",
     ]
-    rows = [
-        [
-            f"{name}: {METHODS[name]}",
-            f"{r['steps']} ({r['timed_steps']})",
-            f"{r['s_per_step']:.2f}",
-            f"{r['real_tokens_per_s']:.0f}",
-            f"{r['processed_tokens_per_s']:.0f}",
-            f"{r['padding_share']:.1%}",
-            f"{r['real_tokens_per_s_vs_trl']:.2f}x",
-        ]
-        for name, r in results.items()
-    ]
+    rows = []
+    for name, r in results.items():
+        useful = r["useful_tokens_per_s"]
+        rows.append(
+            [
+                f"{name}: {METHODS[name]}",
+                f"{useful['median']:.0f} ({useful['min']:.0f}-{useful['max']:.0f})",
+                f"{r['s_per_step']['median']:.2f}",
+                f"{r['real_tokens_per_s']['median']:.0f}",
+                f"{r['waste_share']['median']:.1%}",
+                f"{r['useful_tokens_per_s_vs_trl']:.2f}x",
+                f"{r['useful_tokens_per_s_vs_bt_padded']:.2f}x",
+            ]
+        )
+    loads = ", ".join(f"{name} {[run['load_average_1min'] for run in r['runs']]}" for name, r in results.items())
     return (
-        f"## Bradley-Terry training throughput: our trainer vs TRL {trl_version} RewardTrainer\n\n"
-        f"{Path(setup.base_model).name}, fp32, {setup.threads} threads; {setup.pairs} pairs of the offline BT "
-        f"train set, {setup.batch_size} pairs per step in micro-batches of {setup.micro_batch_size}, "
-        f"max_length {setup.max_length}, first {setup.warmup_steps} step(s) not timed.\n\n"
+        f"## Bradley-Terry training throughput: packed and padded vs TRL {config['trl']} RewardTrainer\n\n"
+        f"{Path(setup.base_model).name}, fp32, {setup.threads} threads; {setup.pairs} {config['pairs_source']} "
+        f"pairs, {setup.batch_size} pairs per step, micro-batches of {setup.micro_batch_size} (packed: up to "
+        f"{setup.micro_batch_size * 2 * setup.max_length} tokens per forward), max_length {setup.max_length}; "
+        f"{setup.steps} steps, the first {setup.warmup_steps} not timed; {setup.repetitions} runs of each "
+        f"method, interleaved. Useful tokens: each prompt once and both responses (the same for every method).\n\n"
         + markdown_table(headers, rows)
+        + f"\n\n1-minute load average before each run: {loads}.\n"
     )
 
 
-def measure(setup: Setup, data_dir: Path) -> dict[str, dict]:
-    runs = {}
+def measure(setup_args: dict, data_dir: Path | None) -> tuple[Setup, dict[str, dict]]:
+    """The runs, interleaved: every repetition runs each method once, in METHODS' order."""
+    runs: dict[str, list[dict]] = {name: [] for name in METHODS}
     with tempfile.TemporaryDirectory(prefix="bench_bt_") as work_dir:
         work = Path(work_dir)
-        train_file, val_file = write_subsets(data_dir, setup, work)
-        require_within_max_length(setup, train_file)
-        for name, strategy in LAUNCHER_STRATEGIES.items():
-            runs[name] = run_bt_trainer(setup, strategy, train_file, val_file, work)
-        runs["trl"] = run_trl(setup, train_file, work, pad_to_multiple_of=None)
-        runs["pad_to_max_length"] = run_trl(setup, train_file, work, pad_to_multiple_of=setup.max_length)
-    results = {name: summarize(steps, setup.warmup_steps) for name, steps in runs.items()}
-    require_same_pairs(results)
-    add_ratios_to_trl(results)
-    return results
+        pairs = setup_args["steps"] * setup_args["batch_size"]
+        train_file, val_file = write_pairs(data_dir, pairs, setup_args["micro_batch_size"], work)
+        token_ids = token_ids_in_trainer_order(setup_args["base_model"], train_file)
+        setup = Setup(**{**setup_args, "max_length": max_length_for(token_ids, setup_args["max_length"])})
+        useful = useful_tokens_per_step(token_ids, setup.batch_size)
+        for repetition in range(setup.repetitions):
+            for name in METHODS:
+                load = os.getloadavg()[0]
+                output_dir = work / f"{name}_{repetition}"
+                if name == "trl":
+                    steps = run_trl(setup, train_file, output_dir, useful)
+                else:
+                    steps = run_bt_trainer(setup, PACKING[name], train_file, val_file, output_dir)
+                runs[name].append(summarize_run(steps, setup.warmup_steps, load))
+    require_same_tokens(runs, useful)
+    results = {name: method_summary(method_runs) for name, method_runs in runs.items()}
+    add_ratios(results)
+    return setup, results
 
 
-def parse_setup(args: argparse.Namespace) -> Setup:
+def setup_arguments(args: argparse.Namespace) -> dict:
     sizes = SMOKE if args.smoke else DEFAULTS
     sizes = {key: default if getattr(args, key) is None else getattr(args, key) for key, default in sizes.items()}
-    setup = Setup(base_model=str(args.base_model), lr=args.lr, threads=args.threads, **sizes)
-    if setup.batch_size % setup.micro_batch_size or setup.warmup_steps >= setup.steps:
+    if sizes["batch_size"] % sizes["micro_batch_size"] or sizes["warmup_steps"] >= sizes["steps"]:
         raise SystemExit("--batch-size must be a multiple of --micro-batch-size, and --warmup-steps below --steps")
-    return setup
+    return {
+        "base_model": str(args.base_model),
+        "max_length": args.max_length,
+        "lr": args.lr,
+        "threads": args.threads,
+        **sizes,
+    }
 
 
 def main() -> None:
@@ -434,38 +618,42 @@ def main() -> None:
         "--base-model", required=True, type=Path, help="HF causal LM directory (a 1-label head is added)"
     )
     parser.add_argument(
-        "--data", required=True, type=Path, help="data_prep output holding bradley_terry/{train,val}.parquet"
+        "--data",
+        type=Path,
+        help="a data_prep folder with bradley_terry/{train,val}.parquet (default: HelpSteer2-like pairs)",
     )
     parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
     for key, default in DEFAULTS.items():
         parser.add_argument(
             f"--{key.replace('_', '-')}", type=int, help=f"default {default} ({SMOKE[key]} with --smoke)"
         )
+    parser.add_argument("--max-length", type=int, help="tokens per sequence (default: the longest, rounded up to 64)")
     parser.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP_NUM_THREADS of every method")
     parser.add_argument("--name", default="bt_throughput", help="name of the result files")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
     args = parser.parse_args()
 
-    setup = parse_setup(args)
+    setup_args = setup_arguments(args)
     trl_version = import_trl().__version__
-    load_before = os.getloadavg()
-    results = measure(setup, args.data)
+    setup, results = measure(setup_args, args.data)
     config = {
         **asdict(setup),
         "pairs": setup.pairs,
-        "data": str(args.data),
+        "pairs_source": "HelpSteer2-like (made up, see the benchmark's docstring)"
+        if args.data is None
+        else str(args.data / "bradley_terry" / "train.parquet"),
+        "seed": SEED,
+        "strategy": STRATEGY,
         "dtype": "fp32",
         "trl": trl_version,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
         "methods": METHODS,
     }
     paths = write_results(
-        args.name, {"config": config, "results": results}, report(results, setup, trl_version), args.results_dir
+        args.name, {"config": config, "results": results}, report(results, setup, config), args.results_dir
     )
     for name, result in results.items():
-        print(name, {key: value for key, value in result.items() if key != "per_step"})
+        print(name, {key: value for key, value in result.items() if key != "runs"})
     print(f"wrote {paths[0]} and {paths[1]}")
 
 

@@ -135,17 +135,36 @@ def test_losses_for_each_margin_mode():
 
 
 def test_metrics_are_ratios_of_sums_so_uneven_shares_weigh_by_pairs():
-    first = bt_trainer.pair_totals(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([[1.0, 0.0]] * 3), torch.ones(6, 4))
-    second = bt_trainer.pair_totals(torch.tensor([4.0]), torch.tensor([[0.0, 0.0]]), torch.tensor([[1, 1, 0, 0]] * 2))
+    # token counts: tokens, useful, computed, padding (a padded forward, then a packed one)
+    first = bt_trainer.pair_totals(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([[1.0, 0.0]] * 3), [24, 18, 28, 4])
+    second = bt_trainer.pair_totals(torch.tensor([4.0]), torch.tensor([[0.0, 0.0]]), [4, 3, 3, 0])
     metrics = bt_trainer.pair_metrics(first + second, "val")
     assert metrics == {"val/loss": 7 / 4, "val/accuracy": 3 / 4, "val/reward_gap": 3 / 4}
-    assert bt_trainer.padding_share(first + second) == pytest.approx(4 / 32)
-    assert bt_trainer.token_counts(first + second, "train") == {"train/real_tokens": 28, "train/computed_tokens": 32}
+    assert bt_trainer.padding_share(first + second) == pytest.approx(4 / 31)
+    assert bt_trainer.token_counts(first + second, "train") == {
+        "train/real_tokens": 28,
+        "train/useful_tokens": 21,
+        "train/computed_tokens": 31,
+    }
+
+
+def test_a_padded_forwards_token_counts_count_each_prompt_once_as_useful():
+    collate = bt_trainer.PairCollator(pad_token_id=0)
+    pairs = [([5, 6, 7, 8], [5, 6, 9], 1.0), ([3, 4], [3, 4], 1.0)]  # a 2-token prompt; identical sides
+    batch = TensorDict(collate(pairs), batch_size=2)
+    counts = bt_trainer.padded_token_counts(batch, batch["attention_mask"].flatten(0, 1))
+    assert counts == [4 + 3 + 2 + 2, (2 + 2 + 1) + (1 + 1 + 1), 16, 16 - 11]
 
 
 def test_margin_mode_and_unsupported_options_are_refused():
     with pytest.raises(ValueError, match="bt.margin_mode"):
         bt_trainer.BradleyTerryConfig(margin_mode="hinge")
+    with pytest.raises(ValueError, match="bt.packing must be true or false"):
+        bt_trainer.BradleyTerryConfig(packing="yes")
+    with pytest.raises(ValueError, match="bt.max_tokens_per_forward must be an integer >= 2 or null"):
+        bt_trainer.BradleyTerryConfig(max_tokens_per_forward=0)
+    assert bt_trainer.BradleyTerryConfig().token_budget(micro_batch_size=4, max_length=256) == 2048
+    assert bt_trainer.BradleyTerryConfig(max_tokens_per_forward=300).token_budget(4, 256) == 300
     with pytest.raises(ValueError, match="data.truncation"):
         data_config(truncation="middle")
 

@@ -45,7 +45,7 @@ LAYERS = {
     "data_prep": Layer(frozenset({PROTOCOL, CLIENT}), ("train",)),
     "serving": Layer(frozenset({PROTOCOL, CLIENT}), ("serve",), optional_extras=("gpu",)),  # gpu: vLLM backend
     "evaluation": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("eval",)),
-    "training": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("train",)),
+    "training": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("train",), optional_extras=("gpu",)),  # flash-attn
 }
 NOT_PRODUCTS = ("tests", "benchmarks")  # first-party code that no product package may import
 FIRST_PARTY = {name.partition(".")[0] for name in LAYERS} | set(NOT_PRODUCTS)

@@ -161,6 +161,8 @@ def test_bt_defaults_come_from_the_script_and_the_recipe_yaml(inputs):
         "trainer.device": "cpu",
         "trainer.n_gpus_per_node": 1,
         "bt.margin_mode": "none",
+        "bt.packing": True,
+        "bt.max_tokens_per_forward": None,
         "launch.export_dir": f"{inputs['SAVE_DIR']}/hf",
     }
     assert {key: _select(config, key) for key in expected} == expected
@@ -257,6 +259,8 @@ BT_ONLY_SETTINGS = [
     ("optim.clip_grad=max", "optim.clip_grad = max: must be a number >= 0"),
     ("optim.lr_scheduler=linear", "optim.lr_scheduler = linear: must be one of: cosine, wsd"),
     ("bt.margin_mode=hinge", "bt.margin_mode = hinge: must be one of: none, scaled, offset"),
+    ("bt.packing=maybe", "bt.packing = maybe: must be true or false"),
+    ("bt.max_tokens_per_forward=1", "bt.max_tokens_per_forward = 1: must be an integer >= 2"),
 ]
 SFT_ONLY_SETTINGS = [
     ("model.strategy=ddp", "model.strategy = ddp: must be one of: fsdp, fsdp2"),

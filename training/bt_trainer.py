@@ -9,13 +9,15 @@ verl's FSDP / FSDP2 wrapping helpers, `build_optimizer` and LR schedules. What i
 - model: `AutoModelForSequenceClassification` with one label, whose reward is read at the last token that
   is not the pad token. The export writes the same class and weight names, so a trained and an exported
   model give the same reward, and verl's reward-model worker (`AutoModelForTokenClassification`) loads it.
-- data: pairs of conversations tokenized through the chat template exactly as the judge server does. A
-  batch is padded to its longest pair only; each rank sorts its pairs by length before splitting them into
-  micro-batches, and each micro-batch is cut to its own longest sequence (train/padding_share says what
-  padding is left). Longer sequences than data.max_length are truncated or refused, and counted.
+- data: pairs of conversations tokenized through the chat template exactly as the judge server does.
+  Longer sequences than data.max_length are truncated or refused, and counted.
+- forwards (bt.packing, on by default): each pair is packed as its shared prompt once and both responses,
+  several pairs per forward up to bt.max_tokens_per_forward tokens, with no padding (training/packing.py).
+  Unpacked: each rank sorts its pairs by length before splitting them into micro-batches, each cut to its
+  own longest sequence (train/padding_share says what padding is left).
 - loss: -log sigmoid(r_chosen - r_rejected), optionally using the data's per-pair `margin` (bt.margin_mode).
-- metrics: train/loss, train/accuracy, val/loss, val/accuracy (and reward gap, grad norm, padding share, real
-  and computed tokens per step), summed over all ranks on every device; verl's SFT trainer reduces its loss on
+- metrics: train/loss, train/accuracy, val/loss, val/accuracy (and reward gap, grad norm, padding share, real,
+  useful and computed tokens per step), summed over all ranks on every device; verl's SFT trainer reduces its loss on
   GPUs only.
 """
 
@@ -25,7 +27,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -65,7 +67,7 @@ from verl.workers.config.optimizer import build_optimizer
 
 from judge_rewards.protocol import templates
 from serving.judges.scalar_model import padded_rewards, right_padded
-from training import cpu_compat
+from training import cpu_compat, packing
 from training.launch.config import register_resolvers
 
 PAIR_FIELDS = ("chosen", "rejected")
@@ -74,7 +76,9 @@ TRUNCATIONS = ("left", "right", "error")
 MARGIN_MODES = ("none", "scaled", "offset")
 LR_SCHEDULES = {"cosine": get_cosine_schedule_with_warmup, "wsd": get_wsd_schedule_with_warmup}
 # Per-batch sums reduced over ranks, in this order: metrics are ratios of these sums, exact on any world size.
-TOTALS = ("loss", "correct", "pairs", "reward_gap", "tokens", "slots")
+# tokens: of both sequences of each pair; useful: each pair's prompt once and both responses; computed: the
+# positions the model computed; padding: those of them that were padding.
+TOTALS = ("loss", "correct", "pairs", "reward_gap", "tokens", "useful", "computed", "padding")
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,21 @@ class BradleyTerryConfig:
     """The `bt` section of configs/bradley_terry.yaml."""
 
     margin_mode: str = "none"  # none: -logσ(Δ); scaled: -m·logσ(Δ) ("scaled BT"); offset: -logσ(Δ - m)
+    packing: bool = True  # shared prompt once, no padding, pairs packed per forward (training/packing.py)
+    max_tokens_per_forward: int | None = None  # packed tokens per forward; None: a padded micro-batch's most
 
     def __post_init__(self):
         if self.margin_mode not in MARGIN_MODES:
             raise ValueError(f"bt.margin_mode must be one of {MARGIN_MODES}, got {self.margin_mode!r}")
+        if not isinstance(self.packing, bool):
+            raise ValueError(f"bt.packing must be true or false, got {self.packing!r}")
+        budget = self.max_tokens_per_forward
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 2):
+            raise ValueError(f"bt.max_tokens_per_forward must be an integer >= 2 or null, got {budget!r}")
+
+    def token_budget(self, micro_batch_size: int, max_length: int) -> int:
+        """Tokens per packed forward: the setting, or what a padded micro-batch computes at most."""
+        return self.max_tokens_per_forward or micro_batch_size * 2 * max_length
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,44 @@ def pair_rewards(model, micro_batch: TensorDict) -> tuple[torch.Tensor, torch.Te
     return padded_rewards(model, input_ids, attention_mask).view(-1, 2), attention_mask
 
 
+def batch_pairs(batch: TensorDict) -> list[tuple[list[int], list[int]]]:
+    """The (chosen ids, rejected ids) of a collated batch, without their padding."""
+    lengths = batch["attention_mask"].sum(-1).tolist()
+    rows = batch["input_ids"].tolist()
+    return [(pair[0][: length[0]], pair[1][: length[1]]) for pair, length in zip(rows, lengths, strict=True)]
+
+
+def padded_token_counts(micro_batch: TensorDict, attention_mask: torch.Tensor) -> list[int]:
+    """tokens, useful, computed, padding (TOTALS' order) of a padded forward; attention_mask as computed."""
+    tokens = int(attention_mask.sum())
+    useful = sum(packing.useful_tokens(chosen, rejected) for chosen, rejected in batch_pairs(micro_batch))
+    return [tokens, useful, attention_mask.numel(), attention_mask.numel() - tokens]
+
+
+def packed_token_counts(pairs: list[tuple[list[int], list[int]]], row: packing.PackedRow) -> list[int]:
+    """tokens, useful, computed, padding of a packed forward: it computes the useful tokens only."""
+    tokens = sum(len(pairs[index][0]) + len(pairs[index][1]) for index in row.pairs)
+    return [tokens, row.tokens, row.tokens, 0]
+
+
+def pair_forwards(
+    model, batch: TensorDict, bt: BradleyTerryConfig, micro_batch_size: int, max_length: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, list[int]]]:
+    """Per forward over the batch's pairs: rewards (pairs, 2), their margins and their token counts. Packed
+    (bt.packing): rows of at most bt.token_budget tokens; else length-sorted micro-batches of
+    `micro_batch_size` pairs, each cut to its longest sequence."""
+    if bt.packing:
+        pairs = batch_pairs(batch)
+        device = batch["input_ids"].device
+        for row in packing.pack_pairs(pairs, bt.token_budget(micro_batch_size, max_length), device):
+            margins = batch["margin"][torch.tensor(row.pairs, device=device)]
+            yield packing.packed_rewards(model, row), margins, packed_token_counts(pairs, row)
+        return
+    for micro_batch in length_sorted_micro_batches(batch, micro_batch_size):
+        rewards, attention_mask = pair_rewards(model, micro_batch)
+        yield rewards, micro_batch["margin"], padded_token_counts(micro_batch, attention_mask)
+
+
 # --- loss and metrics --------------------------------------------------------------------------------
 
 
@@ -267,17 +320,11 @@ def bradley_terry_losses(rewards: torch.Tensor, margins: torch.Tensor, margin_mo
     return losses * margins if margin_mode == "scaled" else losses
 
 
-def pair_totals(losses: torch.Tensor, rewards: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The TOTALS sums of one micro-batch. A tie (equal rewards) counts as a wrong prediction."""
+def pair_totals(losses: torch.Tensor, rewards: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """The TOTALS sums of one forward; counts: its tokens, useful, computed and padding positions. A tie
+    (equal rewards) counts as a wrong prediction."""
     gap = (rewards[:, 0] - rewards[:, 1]).detach()
-    values = [
-        losses.detach().sum(),
-        (gap > 0).sum(),
-        len(losses),
-        gap.sum(),
-        attention_mask.sum(),
-        attention_mask.numel(),
-    ]
+    values = [losses.detach().sum(), (gap > 0).sum(), len(losses), gap.sum(), *counts]
     return torch.stack([torch.as_tensor(v, dtype=torch.float64, device=gap.device) for v in values])
 
 
@@ -292,13 +339,18 @@ def pair_metrics(totals: torch.Tensor, prefix: str) -> dict[str, float]:
 
 def padding_share(totals: torch.Tensor) -> float:
     sums = dict(zip(TOTALS, totals.tolist(), strict=True))
-    return 1.0 - sums["tokens"] / sums["slots"]
+    return sums["padding"] / sums["computed"]
 
 
 def token_counts(totals: torch.Tensor, prefix: str) -> dict[str, float]:
-    """Real (non-pad) tokens and computed positions (real + padding): a step's throughput is either over its time."""
+    """Real tokens (both sequences of each pair), useful tokens (each prompt once and both responses) and
+    computed positions (padding included): a step's throughput is any of them over its time."""
     sums = dict(zip(TOTALS, totals.tolist(), strict=True))
-    return {f"{prefix}/real_tokens": sums["tokens"], f"{prefix}/computed_tokens": sums["slots"]}
+    return {
+        f"{prefix}/real_tokens": sums["tokens"],
+        f"{prefix}/useful_tokens": sums["useful"],
+        f"{prefix}/computed_tokens": sums["computed"],
+    }
 
 
 # --- model -------------------------------------------------------------------------------------------
@@ -393,8 +445,16 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         if self._is_rank_zero():
             print(
                 f"{self.steps_per_epoch} steps per epoch, {self.total_steps} steps in the LR schedule; "
-                f"compute dtype {compute_dtype(get_device_name())}, margin mode {self.bt.margin_mode}"
+                f"compute dtype {compute_dtype(get_device_name())}, margin mode {self.bt.margin_mode}; "
+                f"{self._forwards()}"
             )
+
+    def _forwards(self) -> str:
+        data = self.config.data
+        if self.bt.packing:
+            budget = self.bt.token_budget(data.micro_batch_size_per_gpu, data.max_length)
+            return f"packed forwards of at most {budget} tokens (each prompt once, no padding)"
+        return f"padded micro-batches of {data.micro_batch_size_per_gpu} pairs"
 
     def _load_scoring_model(self):
         model_settings = self.config.model
@@ -419,6 +479,8 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
             )
         # Checkpoints save this config: it must name the scoring class, not the base model's causal LM.
         model.config.architectures = [type(model).__name__]
+        if self.bt.packing:
+            packing.use_packed_attention(model)
         if model_settings.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return model
@@ -471,6 +533,10 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         )
 
     # forward, loss, step
+    def _pair_forwards(self, batch: TensorDict):
+        data = self.config.data
+        return pair_forwards(self.fsdp_model, batch, self.bt, data.micro_batch_size_per_gpu, data.max_length)
+
     def _sum_over_ranks(self, totals: torch.Tensor) -> torch.Tensor:
         totals = totals.to(get_device_id())
         dist.all_reduce(totals, op=dist.ReduceOp.SUM)
@@ -491,11 +557,10 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
         self.optimizer.zero_grad()
         pairs = batch.batch_size[0]
         step_totals = []
-        for micro_batch in length_sorted_micro_batches(batch, self.config.data.micro_batch_size_per_gpu):
-            rewards, attention_mask = pair_rewards(self.fsdp_model, micro_batch)
-            losses = bradley_terry_losses(rewards, micro_batch["margin"], self.bt.margin_mode)
+        for rewards, margins, counts in self._pair_forwards(batch):
+            losses = bradley_terry_losses(rewards, margins, self.bt.margin_mode)
             (losses.sum() / pairs).backward()  # the step's gradient is that of the mean loss over its pairs
-            step_totals.append(pair_totals(losses, rewards, attention_mask))
+            step_totals.append(pair_totals(losses, rewards, counts))
         grad_norm = self._clip_grad_norm()
         if torch.isfinite(grad_norm):
             self.optimizer.step()
@@ -516,9 +581,11 @@ class BradleyTerryTrainer(fsdp_sft_trainer.FSDPSFTTrainer):
     def validation_step(self, batch: TensorDict):
         self.fsdp_model.eval()
         with torch.no_grad():
-            rewards, attention_mask = pair_rewards(self.fsdp_model, batch)
-            losses = bradley_terry_losses(rewards, batch["margin"], self.bt.margin_mode)
-        totals = self._sum_over_ranks(pair_totals(losses, rewards, attention_mask))
+            totals = [
+                pair_totals(bradley_terry_losses(rewards, margins, self.bt.margin_mode), rewards, counts)
+                for rewards, margins, counts in self._pair_forwards(batch)
+            ]
+        totals = self._sum_over_ranks(torch.stack(totals).sum(0))
         self._val_totals = totals if self._val_totals is None else self._val_totals + totals
         return totals[TOTALS.index("loss")] / totals[TOTALS.index("pairs")]
 

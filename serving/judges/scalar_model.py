@@ -4,7 +4,8 @@ the last token that is not the pad token (the model finds it through its config'
 One implementation for the three places that read it: the Bradley-Terry trainer's forward pass, the
 export's calibration (the judge's reward_center / reward_scale) and the scalar judge of the server, so that
 the same tokens get the same reward in all three. Sequences are right-padded: the reward token then keeps
-the position it has in the unpadded sequence.
+the position it has in the unpadded sequence. The trainer's packed forwards (training/packing.py) read the
+same head at chosen tokens of one packed row instead (token_rewards).
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ def padded_rewards(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -
     attention_mask = right_padded_causal_mask(padding_mask) if sdpa else padding_mask
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
     return logits[:, 0].float()
+
+
+def scoring_head(model) -> torch.nn.Module:
+    """The one-label head (`score`) of a sequence-classification model, also inside an FSDP1 wrapper."""
+    head = getattr(getattr(model, "module", model), "score", None)
+    if not isinstance(head, torch.nn.Module):
+        raise ValueError(f"{type(model).__name__} has no `score` head: not a sequence-classification model")
+    return head
+
+
+def token_rewards(model, positions: torch.Tensor, **inputs) -> torch.Tensor:
+    """The fp32 rewards read at token `positions` of a one-row forward (batch 1), differentiable. The model's
+    own output is pooled at the last non-pad token; the head's output at every position is taken instead,
+    as it leaves the head inside the model's forward (which a wrapper such as FSDP must run itself)."""
+    scores = []
+    handle = scoring_head(model).register_forward_hook(lambda module, args, output: scores.append(output))
+    try:
+        pooled = model(**inputs, use_cache=False).logits
+    finally:
+        handle.remove()
+    # FSDP starts its backward (unsharding, gradient reduction) from hooks on the forward's outputs, so the
+    # rewards must reach back through one: the pooled output joins them with weight zero.
+    return scores[0][0, positions, 0].float() + 0.0 * pooled.sum()
 
 
 def sequence_rewards(

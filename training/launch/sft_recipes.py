@@ -157,6 +157,8 @@ class BradleyTerryRecipe:
         check.number("optim.clip_grad")
         check.choice("optim.lr_scheduler", ("cosine", "wsd"))
         check.choice("bt.margin_mode", ("none", "scaled", "offset"))
+        check.boolean("bt.packing")
+        check.optional_integer("bt.max_tokens_per_forward", 2)
         check_batch_split(check, world_size(config))
 
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:

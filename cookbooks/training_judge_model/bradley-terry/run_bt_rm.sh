@@ -16,7 +16,7 @@ TRAIN_FILE=${TRAIN_FILE:-./data/bradley_terry/train.parquet}  # training pairs: 
 VAL_FILE=${VAL_FILE:-./data/bradley_terry/val.parquet}  # validation pairs, same columns
 SAVE_DIR=${SAVE_DIR:-./checkpoints/bradley-terry}  # checkpoints, export, config snapshot and log
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-256}  # global batch size (pairs per optimizer step)
-MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}  # pairs per forward per process
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}  # pairs per forward per process (packed: tokens per forward = this x 2 x MAX_LENGTH)
 MAX_LENGTH=${MAX_LENGTH:-4096}  # maximum tokens per sequence
 LR=${LR:-2e-6}  # peak learning rate
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-3}  # training epochs (the LR schedule spans them all)
