@@ -1,0 +1,223 @@
+"""The judge-answer parsers (judge_rewards.protocol.templates) and the GRPO reward functions
+(judge_rewards.grpo_rewards) under a bounded property-based run; part of `python -m benchmarks.fuzz_api`.
+
+Properties, for any input:
+- parse_pointwise / parse_pairwise never raise; a Judgement is either ok with a value in range (an int in
+  0..4; "A" or "B") or not ok with no value and a reason; has_think is a bool. A non-text input is a
+  format failure, not an exception. A well-formed answer parses to exactly the value it holds.
+- compute_pointwise_score / compute_pairwise_score return the REWARD_KEYS, each a float; a malformed answer
+  gets FORMAT_FAILURE_REWARD, a well-formed one a score in [-MISSING_THINK_PENALTY, 1] (the exact closeness
+  when the answer was built well-formed); a ground truth that is not a valid label raises ValueError and
+  nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+from hypothesis import strategies as st
+
+from benchmarks.reliability import Outcome, run_property
+from judge_rewards import grpo_rewards
+from judge_rewards.protocol import templates
+
+ANSWER_PIECES = [
+    "<think>",
+    "</think>",
+    "<score>",
+    "</score>",
+    "<better>",
+    "</better>",
+    "<think></think>",
+    "<score>4</score>",
+    "<better>A</better>",
+    "A",
+    "B",
+    "C",
+    "a",
+    " A ",
+    *[str(n) for n in range(-2, 7)],
+    "+3",
+    "-0",
+    "3.5",
+    "1e1",
+    "0004",
+    "٣",  # a non-ASCII decimal digit
+    "４",  # a full-width digit
+    "",
+    " ",
+    "\n",
+    "\x00",
+    "🙂",
+]
+SCORES = range(templates.MIN_SCORE, templates.MAX_SCORE + 1)
+PADDING = st.sampled_from(["", " ", "\n", " \n\t"])
+
+
+def judge_answers() -> st.SearchStrategy[str]:
+    """Text a judge might write: any unicode, and answers assembled from the format's own pieces."""
+    pieces = st.one_of(st.sampled_from(ANSWER_PIECES), st.text(max_size=6))
+    return st.one_of(st.text(max_size=200), st.lists(pieces, max_size=12).map("".join))
+
+
+def reasoning() -> st.SearchStrategy[str]:
+    return st.text(max_size=80).filter(lambda text: "</think>" not in text)
+
+
+@st.composite
+def well_formed(draw, tag: str, values) -> tuple[str, object, bool]:
+    """(answer, the value it holds, whether it has a think block)."""
+    value = draw(st.sampled_from(list(values)))
+    with_think = draw(st.booleans())
+    think = f"<think>{draw(reasoning())}</think>" if with_think else ""
+    pad = [draw(PADDING) for _ in range(4)]
+    return f"{pad[0]}{think}{pad[1]}<{tag}>{pad[2]}{value}{pad[3]}</{tag}>", value, with_think
+
+
+NOT_TEXT = st.one_of(st.none(), st.integers(), st.floats(), st.binary(max_size=20), st.lists(st.text(), max_size=3))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+GROUND_TRUTHS = st.one_of(
+    st.text(max_size=30),
+    JSON_VALUES.map(json.dumps),
+    st.fixed_dictionaries({"score": JSON_VALUES | st.integers(-2, 6)}).map(json.dumps),
+    st.fixed_dictionaries({"better": JSON_VALUES | st.sampled_from(["A", "B", "C", "a"])}).map(json.dumps),
+    st.none(),
+    st.integers(),
+)
+
+
+def check_judgement(judgement, allowed: set) -> list[str]:
+    if not isinstance(judgement, templates.Judgement):
+        return [f"returned {type(judgement).__name__}, not a Judgement"]
+    problems = []
+    if not isinstance(judgement.has_think, bool):
+        problems.append(f"has_think is {judgement.has_think!r}")
+    if judgement.ok:
+        if isinstance(judgement.value, bool) or judgement.value not in allowed:
+            problems.append(f"ok with value {judgement.value!r} outside {sorted(allowed, key=str)}")
+    elif judgement.value is not None or not (isinstance(judgement.error, str) and judgement.error):
+        problems.append(f"failed with value {judgement.value!r} and error {judgement.error!r}")
+    return problems
+
+
+def parser_check(parse: Callable, allowed: set, tag: str) -> Callable[[tuple], Outcome]:
+    """Checks one (input kind, input) of a parser."""
+
+    def check(case: tuple) -> Outcome:
+        kind, value = case
+        text, held, with_think = value if kind == "well-formed" else (value, None, None)
+        try:
+            judgement = parse(text)
+        except Exception as err:  # the property under test: a parser never raises
+            return Outcome(kind, f"raised {type(err).__name__}", [f"raised {type(err).__name__}: {err}"])
+        problems = check_judgement(judgement, allowed)
+        if kind == "well-formed" and (judgement.value, judgement.has_think) != (held, with_think):
+            problems.append(f"well-formed <{tag}> holding {held!r} parsed as {judgement!r}")
+        if kind == "not text" and judgement.ok:
+            problems.append(f"non-text {text!r} parsed as {judgement!r}")
+        return Outcome(kind, "ok" if judgement.ok else "format failure", problems)
+
+    return check
+
+
+def parser_inputs(tag: str, values) -> st.SearchStrategy[tuple]:
+    return st.one_of(
+        st.tuples(st.just("judge-like text"), judge_answers()),
+        st.tuples(st.just("well-formed"), well_formed(tag, values)),
+        st.tuples(st.just("not text"), NOT_TEXT),
+    )
+
+
+def reward_check(reward: Callable, parse: Callable, closeness_for: Callable) -> Callable[[tuple], Outcome]:
+    """Checks one reward call: (kind, answer, ground truth) with kind "valid label" or "any ground truth"."""
+
+    def check(case: tuple) -> Outcome:
+        kind, answer, ground_truth = case
+        try:
+            result = reward("fuzz", answer, ground_truth)
+        except ValueError:
+            problems = [] if kind == "any ground truth" else [f"ValueError for the valid label {ground_truth!r}"]
+            return Outcome(kind, "ValueError (bad ground truth)", problems)
+        except Exception as err:
+            return Outcome(kind, f"raised {type(err).__name__}", [f"raised {type(err).__name__}: {err}"])
+        problems = reward_problems(result, parse(answer), closeness_for(ground_truth))
+        return Outcome(kind, "format ok" if result.get("format_ok") == 1.0 else "format failure", problems)
+
+    return check
+
+
+def reward_problems(result, judgement: templates.Judgement, closeness_of: Callable) -> list[str]:
+    if not isinstance(result, dict) or set(result) != set(grpo_rewards.REWARD_KEYS):
+        return [f"returned {result!r}, not the keys {grpo_rewards.REWARD_KEYS}"]
+    if not all(type(value) is float and math.isfinite(value) for value in result.values()):
+        return [f"non-float values in {result}"]
+    problems = [f"{key} is {result[key]}" for key in ("accuracy", "format_ok", "think_ok") if result[key] not in (0, 1)]
+    if result["format_ok"] != float(judgement.ok):
+        problems.append(f"format_ok {result['format_ok']} but the parser says ok={judgement.ok}")
+    if not judgement.ok and result["score"] != grpo_rewards.FORMAT_FAILURE_REWARD:
+        problems.append(f"malformed answer scored {result['score']}")
+    if judgement.ok:
+        penalty = 0.0 if judgement.has_think else grpo_rewards.MISSING_THINK_PENALTY
+        expected = closeness_of(judgement.value) - penalty
+        if (
+            not math.isclose(result["score"], expected)
+            or not -grpo_rewards.MISSING_THINK_PENALTY <= result["score"] <= 1.0
+        ):
+            problems.append(f"score {result['score']} for {judgement!r}, expected {expected}")
+    return problems
+
+
+def pointwise_closeness(ground_truth: str) -> Callable:
+    label = templates.read_ground_truth(ground_truth).get("score")
+    return lambda value: 1.0 - abs(value - label) / (templates.MAX_SCORE - templates.MIN_SCORE)
+
+
+def pairwise_closeness(ground_truth: str) -> Callable:
+    label = templates.read_ground_truth(ground_truth).get("better")
+    return lambda value: 1.0 if value == label else 0.0
+
+
+def reward_inputs(tag: str, values, valid_labels: st.SearchStrategy[str]) -> st.SearchStrategy[tuple]:
+    answers = st.one_of(judge_answers(), well_formed(tag, values).map(lambda answer: answer[0]))
+    return st.one_of(
+        st.tuples(st.just("valid label"), answers, valid_labels),
+        st.tuples(st.just("any ground truth"), answers, GROUND_TRUTHS),
+    )
+
+
+def parser_targets(
+    parse_pointwise: Callable = templates.parse_pointwise,
+    parse_pairwise: Callable = templates.parse_pairwise,
+) -> dict[str, tuple]:
+    """name -> (strategy, check) of every fuzzed function; the parsers can be swapped (tests use broken ones)."""
+    return {
+        "parse_pointwise": (parser_inputs("score", SCORES), parser_check(parse_pointwise, set(SCORES), "score")),
+        "parse_pairwise": (
+            parser_inputs("better", templates.PAIRWISE_CHOICES),
+            parser_check(parse_pairwise, set(templates.PAIRWISE_CHOICES), "better"),
+        ),
+        "compute_pointwise_score": (
+            reward_inputs("score", SCORES, st.sampled_from(SCORES).map(templates.pointwise_ground_truth)),
+            reward_check(grpo_rewards.compute_pointwise_score, templates.parse_pointwise, pointwise_closeness),
+        ),
+        "compute_pairwise_score": (
+            reward_inputs(
+                "better",
+                templates.PAIRWISE_CHOICES,
+                st.sampled_from(templates.PAIRWISE_CHOICES).map(templates.pairwise_ground_truth),
+            ),
+            reward_check(grpo_rewards.compute_pairwise_score, templates.parse_pairwise, pairwise_closeness),
+        ),
+    }
+
+
+def fuzz_parsers(examples: int, seed: int, targets: dict[str, tuple] | None = None) -> dict:
+    """Per fuzzed function: inputs tried, counts by input kind and result, broken properties."""
+    targets = parser_targets() if targets is None else targets
+    return {name: run_property(strategy, check, examples, seed) for name, (strategy, check) in targets.items()}
