@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from judge_rewards.protocol.judge_api import answer_text, scalar_text
 
@@ -23,26 +23,41 @@ def _numbers_as_text(to_text):
     )
 
 
-AnswerText = Annotated[str | None, _numbers_as_text(answer_text)]
-RequestIdText = Annotated[str | None, _numbers_as_text(lambda value: scalar_text(value, "request_id"))]
+def _unicode(text: str | None) -> str | None:
+    """Refuses a lone surrogate (JSON can escape one, as "\\ud800"): it is no Unicode character, and a
+    tokenizer or the response's UTF-8 encoding would fail on it later, far from the field that holds it."""
+    if text is not None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            where = f"U+{ord(text[err.start]):04X} at character {err.start}"
+            raise ValueError(f"not valid Unicode: a lone surrogate {where}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+AnswerText = Annotated[str | None, _numbers_as_text(answer_text), AfterValidator(_unicode)]
+RequestIdText = Annotated[
+    str | None, _numbers_as_text(lambda value: scalar_text(value, "request_id")), AfterValidator(_unicode)
+]
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: Text
 
 
 class JudgeRequest(BaseModel):
-    prompt: str | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
+    prompt: Text | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
         description="the user prompt, or the conversation before the completion as chat messages"
     )
-    completion: str = Field(description="the response to judge")
+    completion: Text = Field(description="the response to judge")
     answer: AnswerText = Field(
         None,
         description="reference answer (the rule judge needs it); a number or boolean is read as its text "
         '(4 and 4.0 as "4", 2.5 as "2.5", true as "true"); NaN or Infinity is no answer',
     )
-    answer_type: str | None = Field(
+    answer_type: Text | None = Field(
         None,
         description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
         "inferred from the answer when absent",

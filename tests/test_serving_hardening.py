@@ -238,6 +238,23 @@ def test_unicode_and_empty_texts_travel_end_to_end(server):
     assert [r["score"] for r in responses] == [1.0, 1.0, 0.0, 1.0]
 
 
+@pytest.mark.parametrize(
+    "body, field, reason",
+    [
+        ({"prompt": "p", "completion": "a\ud800b"}, "completion", "lone surrogate U+D800 at character 1"),
+        ({"prompt": [{"role": "user", "content": "\udfff"}], "completion": "c"}, "content", "lone surrogate U+DFFF"),
+        ({"prompt": "p", "completion": "c", "answer": "\ud83d"}, "answer", "lone surrogate U+D83D"),
+        # pydantic's own check of a length-limited string comes first here
+        ({"prompt": "p", "completion": "c", "request_id": "id\udc00"}, "request_id", "unable to parse raw data"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_its_field(server, body, field, reason):
+    response = judge_raw(server.url, "/judge", json.dumps(body).encode())  # escaped: "\ud800" is valid JSON
+    assert response.status_code == 422
+    reasons = response.json()["detail"]
+    assert any(field in r["loc"] and reason in r["msg"] for r in reasons), reasons
+
+
 def test_an_empty_request_id_is_a_request_id_and_must_be_unique(server):
     response = httpx.post(f"{server.url}/batch_judge", json={"requests": [four(""), four("")]})
     assert response.status_code == 422 and "request ids must be unique" in response.text
