@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,7 @@ import numpy as np
 import pandas as pd
 from torch.utils.data import DistributedSampler
 
-from benchmarks.common import RESULTS_DIR, markdown_table, write_results
+from benchmarks.common import RESULTS_DIR, RunLog, add_ratios, markdown_table, summarize_runs, write_results
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO_ROOT / "cookbooks" / "training_judge_model" / "bradley-terry" / "run_bt_rm.sh"
@@ -74,6 +73,7 @@ CLIP_GRAD = 2.0
 DEFAULTS = {"steps": 5, "warmup_steps": 1, "batch_size": 8, "micro_batch_size": 4, "repetitions": 5}
 SMOKE = {"steps": 2, "warmup_steps": 1, "batch_size": 4, "micro_batch_size": 2, "repetitions": 2}
 SEED = 0
+SUMMARY_KEYS = ("useful_tokens_per_s", "real_tokens_per_s", "s_per_step", "waste_share")
 
 # HelpSteer2-like lengths, in words (about 1.3 tokens each with SmolLM2's tokenizer): log-normal medians and
 # spreads (sigma of the log), clipped. Assumed, see the module's docstring.
@@ -478,13 +478,12 @@ def trl_steps(
 # --- results -----------------------------------------------------------------------------------------
 
 
-def summarize_run(steps: list[dict], warmup_steps: int, load_average: float) -> dict:
+def summarize_run(steps: list[dict], warmup_steps: int) -> dict:
     """One run: throughput over its timed steps; waste share (computed positions beyond the useful tokens:
     padding and repeated prompts) over every step, as it does not depend on timing."""
     timed = steps[warmup_steps:]
     seconds = sum(step["time_s"] for step in timed)
     return {
-        "load_average_1min": round(load_average, 2),
         "steps": len(steps),
         "timed_steps": len(timed),
         "s_per_step": round(seconds / len(timed), 4),
@@ -517,23 +516,6 @@ def require_same_tokens(runs: dict[str, list[dict]], useful: list[int]) -> None:
         computed = [step["computed_tokens"] for step in run["per_step"]]
         if computed != useful:
             raise RuntimeError(f"bt_packed computed {computed} positions per step, not the useful tokens {useful}")
-
-
-def method_summary(method_runs: list[dict]) -> dict:
-    """Median and range over a method's runs."""
-    summary = {"runs": method_runs}
-    for key in ("useful_tokens_per_s", "real_tokens_per_s", "s_per_step", "waste_share"):
-        values = [run[key] for run in method_runs]
-        summary[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-    return summary
-
-
-def add_ratios(results: dict[str, dict]) -> None:
-    """Median useful tokens/s over TRL's and over the padded trainer's."""
-    for baseline in ("trl", "bt_padded"):
-        speed = results[baseline]["useful_tokens_per_s"]["median"]
-        for result in results.values():
-            result[f"useful_tokens_per_s_vs_{baseline}"] = round(result["useful_tokens_per_s"]["median"] / speed, 3)
 
 
 def report(results: dict[str, dict], setup: Setup, config: dict) -> str:
@@ -583,18 +565,20 @@ def measure(setup_args: dict, data_dir: Path | None) -> tuple[Setup, dict[str, d
         token_ids = token_ids_in_trainer_order(setup_args["base_model"], train_file)
         setup = Setup(**{**setup_args, "max_length": max_length_for(token_ids, setup_args["max_length"])})
         useful = useful_tokens_per_step(token_ids, setup.batch_size)
+        log = RunLog()
         for repetition in range(setup.repetitions):
             for name in METHODS:
-                load = os.getloadavg()[0]
+                stamp = log.start(repetition)
                 output_dir = work / f"{name}_{repetition}"
                 if name == "trl":
                     steps = run_trl(setup, train_file, output_dir, useful)
                 else:
                     steps = run_bt_trainer(setup, PACKING[name], train_file, val_file, output_dir)
-                runs[name].append(summarize_run(steps, setup.warmup_steps, load))
+                runs[name].append({**stamp, **summarize_run(steps, setup.warmup_steps)})
     require_same_tokens(runs, useful)
-    results = {name: method_summary(method_runs) for name, method_runs in runs.items()}
-    add_ratios(results)
+    results = {name: summarize_runs(method_runs, SUMMARY_KEYS) for name, method_runs in runs.items()}
+    for baseline in ("trl", "bt_padded"):
+        add_ratios(results, "useful_tokens_per_s", baseline)
     return setup, results
 
 

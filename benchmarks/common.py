@@ -1,4 +1,5 @@
-"""What every benchmark shares: the machine it ran on, latency statistics and the result files."""
+"""What every benchmark shares: the machine it ran on, repeated interleaved runs and their statistics, the result
+files."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,6 +54,65 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
+
+
+class RunLog:
+    """Stamps each run, as it starts, with its repetition, its place among all runs (`order`), its start in seconds
+    since the first run and the 1-minute load average just before it: what shows that runs were interleaved and
+    what else the machine was doing."""
+
+    def __init__(self):
+        self._first_start: float | None = None
+        self._runs = 0
+
+    def start(self, repetition: int) -> dict:
+        now = time.monotonic()
+        if self._first_start is None:
+            self._first_start = now
+        stamp = {
+            "repetition": repetition,
+            "order": self._runs,
+            "started_s": round(now - self._first_start, 3),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+        }
+        self._runs += 1
+        return stamp
+
+
+def rotated(names: Sequence[str], repetition: int) -> list[str]:
+    """The methods' order in a repetition: A B C, then B C A, ...: drift over the run weighs on each method alike."""
+    shift = repetition % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def spread(values: Sequence[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize_runs(runs: list[dict], keys: Sequence[str]) -> dict:
+    """A method's runs, and the median and range of each of `keys` over them."""
+    return {"runs": runs, **{key: spread([run[key] for run in runs]) for key in keys}}
+
+
+def add_ratios(results: dict[str, dict], key: str, baseline: str, label: str | None = None) -> None:
+    """Each method's median `key` over the baseline's, as `<key>_vs_<label>` (label: the baseline's name)."""
+    reference = results[baseline][key]["median"]
+    for result in results.values():
+        result[f"{key}_vs_{label or baseline}"] = round(result[key]["median"] / reference, 3)
+
+
+def median_and_range(summary: dict, digits: int = 1) -> str:
+    """`median (min-max)` of a spread, for a table cell."""
+    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
+
+
+def load_averages(runs: list[dict]) -> str:
+    """A sentence giving, per repetition, the range of the 1-minute load averages before its runs."""
+    by_repetition: dict[int, list[float]] = {}
+    for run in runs:
+        by_repetition.setdefault(run["repetition"], []).append(run["load_average_1min"])
+    ranges = [f"{rep + 1}: {min(loads):.2f}-{max(loads):.2f}" for rep, loads in sorted(by_repetition.items())]
+    return "1-minute load average before the runs of each repetition (min-max): " + ", ".join(ranges) + "."
 
 
 def command_line() -> str:
