@@ -10,6 +10,7 @@ import random
 import httpx
 import pytest
 
+from tests.support.models import save_successor_judge
 from tests.support.servers import start_server
 from tests.test_serving_scalar import WORDS, assert_clean_shutdown, metric_value, post_concurrently
 
@@ -68,10 +69,7 @@ def build_scripted_generative_judge(tiny_model_dir, out_dir):
     MLP outputs are zeroed and the embeddings one-hot, so the LM head maps the marker to its answer (one
     added token) and the answer to the end of the turn. What is under test is the server's batching and
     ordering, not the model."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from judge_rewards.protocol.judge_spec import JudgeSpec
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.chat_template = "{{ messages[0]['content'].split('## Response to rate\\n')[1].split('\\n\\n')[0] }}"
@@ -80,33 +78,7 @@ def build_scripted_generative_judge(tiny_model_dir, out_dir):
     tokenizer.add_tokens(markers + answers)
     marker_ids, answer_ids = tokenizer.convert_tokens_to_ids(markers), tokenizer.convert_tokens_to_ids(answers)
     successors = {**dict(zip(marker_ids, answer_ids, strict=True)), **dict.fromkeys(answer_ids, tokenizer.eos_token_id)}
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=len(successors),
-        intermediate_size=len(successors),
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.zero_()
-        model.lm_head.weight.zero_()
-        for dimension, (token, successor) in enumerate(successors.items()):
-            model.model.embed_tokens.weight[token, dimension] = 1.0
-            model.lm_head.weight[successor, dimension] = 10.0
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    JudgeSpec(kind="generative").save(out_dir)
-    return out_dir
+    return save_successor_judge(tokenizer, successors, out_dir)
 
 
 @pytest.fixture(scope="module")

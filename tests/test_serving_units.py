@@ -17,17 +17,15 @@ from serving.config import JudgeConfig, ServingConfig
 from serving.judges import BackendUnavailable, JudgeItem, Verdict, load_judge
 from serving.judges.base import length_groups
 from serving.server import parse_arguments
+from tests.support.models import save_successor_judge
 
 RIGGED_ANSWER = "<think>ok</think><score>3</score>"
 
 
 def build_rigged_generative_judge(tiny_model_dir, out_dir):
-    """A real Llama causal LM whose greedy answer to any judge prompt is RIGGED_ANSWER.
-
-    Attention and MLP outputs are zeroed, so each position's logits depend on its own token only; the
-    embeddings of the chain's tokens are one-hot and the LM head maps each to its successor."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """A real Llama causal LM whose greedy answer to any judge prompt is RIGGED_ANSWER: each token of the
+    chain from the prompt's last token to the end of the turn maps to the next (save_successor_judge)."""
+    from transformers import AutoTokenizer
 
     from judge_rewards.protocol import templates
 
@@ -39,33 +37,7 @@ def build_rigged_generative_judge(tiny_model_dir, out_dir):
     prompt_end = tokenizer(prompt, add_special_tokens=False)["input_ids"][-1]
     chain = [prompt_end, *tokenizer(RIGGED_ANSWER, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
     assert len(set(chain)) == len(chain), "every token of the chain needs its own successor"
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.zero_()
-        model.lm_head.weight.zero_()
-        for position, (token, successor) in enumerate(itertools.pairwise(chain)):
-            model.model.embed_tokens.weight[token, position] = 1.0
-            model.lm_head.weight[successor, position] = 10.0
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    JudgeSpec(kind="generative").save(out_dir)
-    return out_dir
+    return save_successor_judge(tokenizer, dict(itertools.pairwise(chain)), out_dir)
 
 
 @pytest.fixture(scope="module")
