@@ -10,6 +10,7 @@ from judge_rewards.settings import option, require
 
 JUDGE_CHOICES = ("scalar", "generative", "rule")
 BACKEND_CHOICES = ("transformers", "vllm")
+SCORE_MODES = ("expected", "sample")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
 
@@ -39,6 +40,16 @@ class JudgeConfig:
     temperature: float = option(0.0, "generative judge: sampling temperature; 0 is greedy decoding")
     top_p: float = option(1.0, "generative judge: nucleus sampling mass (with temperature > 0)")
     seed: int = option(0, "seed of the sampling random number generator")
+    score_mode: str = option(
+        "expected",
+        "generative judges: expected = the score weighted by the judge's probabilities of the answer tokens "
+        "(pairwise: the probability of the verdict); sample = the generated answer's own value",
+        choices=SCORE_MODES,
+    )
+    attribute_weights: str | None = option(
+        None,
+        "multi-attribute scalar judge: weights as name=value,... replacing judge.json's (attributes left out weigh 0)",
+    )
     reference_from_answer: bool = option(
         False,
         "generative judge: show the request's `answer` to the judge as a reference answer (only for judges "

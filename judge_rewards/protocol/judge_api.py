@@ -58,6 +58,15 @@ class JudgeItem:
         }
 
 
+@dataclass(frozen=True)
+class ComparisonItem:
+    """One comparison to make (/compare): which of two responses to the same prompt is better."""
+
+    prompt: Conversation
+    response_a: str
+    response_b: str
+
+
 def scalar_text(value: Any, field: str) -> str | None:
     """The one text form of a scalar request field on the wire: text as it is; true/false for a boolean;
     an integer's digits; a finite float's shortest round-trip form, without the ".0" of an integral one

@@ -32,6 +32,8 @@ class JudgeSpec:
     reward_center: float = 0.0
     reward_scale: float = 1.0
     prompt_format: str = "pointwise"  # generative judges: the template they were trained on
+    attributes: list[str] = field(default_factory=list)  # scalar judges with one output per attribute
+    attribute_weights: dict[str, float] = field(default_factory=dict)  # the score's weight of each attribute
     trained_with: dict = field(default_factory=dict)
 
     def __post_init__(self):

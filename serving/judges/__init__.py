@@ -7,9 +7,18 @@ import logging
 from judge_rewards.protocol.judge_spec import JudgeSpec, load_judge_spec
 
 from ..config import JudgeConfig
-from .base import BackendUnavailable, Judge, JudgeIdentity, JudgeItem, Verdict
+from .base import BackendUnavailable, ComparisonItem, ComparisonUnsupported, Judge, JudgeIdentity, JudgeItem, Verdict
 
-__all__ = ["BackendUnavailable", "Judge", "JudgeIdentity", "JudgeItem", "Verdict", "load_judge"]
+__all__ = [
+    "BackendUnavailable",
+    "ComparisonItem",
+    "ComparisonUnsupported",
+    "Judge",
+    "JudgeIdentity",
+    "JudgeItem",
+    "Verdict",
+    "load_judge",
+]
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge_rewards.protocol.judge_api import JudgeItem
+from judge_rewards.protocol.judge_api import ComparisonItem, JudgeItem  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -39,6 +39,10 @@ class BackendUnavailable(RuntimeError):
     """The chosen inference engine cannot run on this machine."""
 
 
+class ComparisonUnsupported(ValueError):
+    """This judge cannot tell which of two responses is better (/compare answers 4xx)."""
+
+
 class Judge(abc.ABC):
     """A loaded judge. `score_batch` runs on the model worker thread only, never on the event loop."""
 
@@ -47,6 +51,10 @@ class Judge(abc.ABC):
     @abc.abstractmethod
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """One verdict per item, in the order of `items`."""
+
+    def compare_batch(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
+        """One verdict per comparison, in order: its score is the probability that response_a is better."""
+        raise ComparisonUnsupported(f"a {self.identity.kind} judge cannot compare two responses")
 
 
 def length_groups(
