@@ -24,6 +24,16 @@ from pathlib import Path
 SPEC_FILE = "judge.json"
 JUDGE_KINDS = ("scalar", "generative")
 PROMPT_FORMATS = ("pointwise", "pairwise")
+# A multi-attribute scalar judge predicts each attribute on HelpSteer2's rating scale, 0..ATTRIBUTE_MAX.
+ATTRIBUTE_MAX = 4.0
+# TO VERIFY (helper H2): the HelpSteer2 paper's (arXiv 2406.08673) weights of the five attributes for one score.
+HELPSTEER2_ATTRIBUTE_WEIGHTS = {
+    "helpfulness": 0.3,
+    "correctness": 0.74,
+    "coherence": 0.46,
+    "complexity": 0.47,
+    "verbosity": -0.33,
+}
 
 
 @dataclass
