@@ -95,7 +95,7 @@ COMMANDS = (
     ),
     Command(
         "helpsteer2",
-        "HelpSteer2 -> sft, bradley_terry, grpo/pointwise, grpo/pairwise",
+        "HelpSteer2 -> sft, bradley_terry, grpo/pointwise, grpo/pairwise, attributes",
         (HelpSteer2Inputs, OutputDir, helpsteer2.HelpSteer2Config),
         run_helpsteer2,
         "Local files (.jsonl, .jsonl.gz or .parquet, HelpSteer2's own schema) or --hub.",
@@ -109,7 +109,7 @@ COMMANDS = (
     ),
     Command(
         "offline",
-        "generate all four datasets and eval/ without any download",
+        "generate every dataset (judge warm-start and attribute sets too) and eval/ without any download",
         (OutputDir, offline.OfflineConfig),
         run_offline,
         "Short factual questions with good and flawed answers (see data_prep/README.md).",

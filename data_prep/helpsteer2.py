@@ -1,4 +1,4 @@
-"""HelpSteer2 (nvidia/HelpSteer2) to SFT, Bradley-Terry and GRPO pointwise / pairwise datasets.
+"""HelpSteer2 (nvidia/HelpSteer2) to SFT, Bradley-Terry, GRPO pointwise / pairwise and attribute datasets.
 
 Inputs: the ratings files (`train.jsonl.gz`, `validation.jsonl.gz`: prompt, response and five 0-4
 attributes) and the preference file (`preference/preference.jsonl.gz`: split, prompt, response_1,
@@ -19,7 +19,6 @@ from judge_rewards.settings import option
 
 DATA_SOURCE_POINTWISE = "helpsteer2/pointwise"
 DATA_SOURCE_PAIRWISE = "helpsteer2/pairwise"
-ATTRIBUTES = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
 TURN_SEPARATOR = "\n<extra_id_1>"
 _ROLES = {"User": "user", "Assistant": "assistant"}
 
@@ -93,9 +92,9 @@ def prompt_id(prompt: str) -> str:
 def convert(sources: Sources, out_dir: str | Path, config: HelpSteer2Config = HelpSteer2Config()) -> outputs.Summary:
     summary = outputs.Summary("helpsteer2", Path(out_dir))
     for split, records in (("train", sources.train), ("val", sources.val)):
-        sft, pointwise = _convert_ratings(records, split, config, summary)
-        summary.add_split(outputs.SFT, split, sft)
-        summary.add_split(outputs.POINTWISE, split, pointwise)
+        ratings = _convert_ratings(records, split, config, summary)
+        for dataset, rows in ratings.items():
+            summary.add_split(dataset, split, rows)
     preferences = _read_preferences(sources.preference, config, summary)
     for split in outputs.SPLITS:
         chosen_first = [p for p in preferences if p.split == split]
@@ -131,27 +130,29 @@ def _parsed_prompt(record: Record, summary: outputs.Summary, affected: tuple[str
 
 def _convert_ratings(
     records: Iterable[Record], split: str, config: HelpSteer2Config, summary: outputs.Summary
-) -> tuple[list[dict], list[dict]]:
-    sft, pointwise = [], []
+) -> dict[str, list[dict]]:
+    """The sft, grpo/pointwise and attributes rows of one split's ratings file."""
+    rows = {outputs.SFT: [], outputs.POINTWISE: [], outputs.ATTRIBUTES: []}
     for record in records:
         response = record.text("response")
-        scores = {name: record.integer(name, 0, 4) for name in ATTRIBUTES}
-        messages = _parsed_prompt(record, summary, (outputs.SFT, outputs.POINTWISE))
+        scores = {name: record.integer(name, 0, 4) for name in outputs.ATTRIBUTE_NAMES}
+        messages = _parsed_prompt(record, summary, tuple(rows))
         if messages is None:
             continue
         if not response.strip():
-            summary.skip(outputs.SFT, "empty response")
-            summary.skip(outputs.POINTWISE, "empty response")
+            for output in rows:
+                summary.skip(output, "empty response")
             continue
         origin = outputs.RowOrigin(prompt_id(record.data["prompt"]), _subset(messages), record.where)
-        pointwise.append(
+        rows[outputs.POINTWISE].append(
             outputs.pointwise_row(DATA_SOURCE_POINTWISE, messages, response, scores["helpfulness"], origin)
         )
+        rows[outputs.ATTRIBUTES].append(outputs.attributes_row(messages, response, scores))
         if scores["correctness"] >= config.sft_min_correctness:
-            sft.append(outputs.sft_row(messages, response))
+            rows[outputs.SFT].append(outputs.sft_row(messages, response))
         else:
             summary.skip(outputs.SFT, f"correctness below {config.sft_min_correctness}")
-    return sft, pointwise
+    return rows
 
 
 @dataclass(frozen=True)

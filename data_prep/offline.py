@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from data_prep import outputs
+from data_prep import offline_labels, outputs
 from data_prep.offline_facts import CATEGORIES, Category, Fact, Phrasing
 from data_prep.records import UsageError
 from judge_rewards import rules
@@ -98,6 +98,13 @@ def graded_response(example: Example, score: int, rng: random.Random) -> str:
     raise ValueError(f"no graded answer for score {score}")
 
 
+def reference_answer(fact: Fact, asked: Phrasing) -> str:
+    """A correct answer phrased unlike the eval row's chosen one: the fact's first other phrasing, or
+    "The answer is X." for a fact with only one."""
+    other = next((phrasing for phrasing in fact.phrasings if phrasing != asked), None)
+    return fact.statement(other, fact.answer) if other else f"The answer is {fact.answer}."
+
+
 def split_facts(category: Category, config: OfflineConfig) -> dict[str, list[Fact]]:
     facts = list(category.facts)
     random.Random(f"{config.seed}/{category.name}").shuffle(facts)
@@ -147,6 +154,7 @@ def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator
             [EVAL_MODEL_NAME] * (1 + len(rejected)),
             category,
             {"category": category, "fact": fact.key},
+            reference_answer(fact, phrasing),
         )
 
 
@@ -181,12 +189,32 @@ def _add_split(summary: outputs.Summary, split: str, examples: list[Example], rn
     )
     scores = [GRADES[i % len(GRADES)] for i in range(len(examples))]
     rng.shuffle(scores)
+    graded = [(e, score, graded_response(e, score, rng)) for e, score in zip(examples, scores, strict=True)]
     summary.add_split(
         outputs.POINTWISE,
         split,
         [
-            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, graded_response(e, score, rng), score, e.origin)
-            for e, score in zip(examples, scores, strict=True)
+            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, response, score, e.origin)
+            for e, score, response in graded
+        ],
+    )
+    summary.add_split(
+        outputs.SFT_JUDGE_POINTWISE,
+        split,
+        [
+            outputs.judge_sft_row(
+                templates.pointwise_messages(e.question, response),
+                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong),
+            )
+            for e, score, response in graded
+        ],
+    )
+    summary.add_split(
+        outputs.ATTRIBUTES,
+        split,
+        [
+            outputs.attributes_row(e.question, response, offline_labels.attributes(score, e.category, response))
+            for e, score, response in graded
         ],
     )
     positions = outputs.balanced_positions(len(examples), rng)
@@ -196,5 +224,16 @@ def _add_split(summary: outputs.Summary, split: str, examples: list[Example], rn
         [
             outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin)
             for e, chosen_is_a in zip(examples, positions, strict=True)
+        ],
+    )
+    summary.add_split(
+        outputs.SFT_JUDGE_PAIRWISE,
+        split,
+        [
+            outputs.judge_sft_row(
+                templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good))),
+                offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong),
+            )
+            for e, good_is_a in zip(examples, positions, strict=True)
         ],
     )

@@ -6,7 +6,10 @@ Layout under an output directory (names are a contract with cookbooks/ and the e
   grpo/pointwise/{train,val}.parquet  verl RL rows whose prompt asks for a 0-4 score
   grpo/pairwise/{train,val}.parquet   verl RL rows whose prompt asks for A or B
   policy/{train,val}.parquet          verl RL rows of a policy (the plain question), rewarded by a judge
-  eval/test.parquet                   held-out rows in RewardBench 2's own schema
+  sft_judge_pointwise/{train,val}.parquet  messages: a pointwise judge prompt + a short judge-format answer
+  sft_judge_pairwise/{train,val}.parquet   messages: a pairwise judge prompt + a short judge-format answer
+  attributes/{train,val}.parquet      conversation (JSON message list) + one 0-4 float per attribute
+  eval/test.parquet                   held-out rows in RewardBench 2's own schema (offline: + reference)
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ BRADLEY_TERRY = "bradley_terry"
 POINTWISE = "grpo/pointwise"
 PAIRWISE = "grpo/pairwise"
 POLICY = "policy"
+SFT_JUDGE_POINTWISE = "sft_judge_pointwise"
+SFT_JUDGE_PAIRWISE = "sft_judge_pairwise"
+ATTRIBUTES = "attributes"
+# HelpSteer2's five attributes, each rated 0-4; the columns of `attributes/` after `conversation`.
+ATTRIBUTE_NAMES = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
 EVAL_FILE = "eval/test.parquet"
 SPLITS = ("train", "val")
 
@@ -39,6 +47,15 @@ POLICY_REWARD_STYLE = "model"  # a judge model scores the policy's answer (judge
 _MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 SFT_SCHEMA = pa.schema([("messages", _MESSAGES)])
 BRADLEY_TERRY_SCHEMA = pa.schema([("chosen", pa.string()), ("rejected", pa.string()), ("margin", pa.float64())])
+ATTRIBUTES_SCHEMA = pa.schema([("conversation", pa.string()), *((name, pa.float64()) for name in ATTRIBUTE_NAMES)])
+# The datasets that are not verl RL rows.
+PLAIN_SCHEMAS = {
+    SFT: SFT_SCHEMA,
+    SFT_JUDGE_POINTWISE: SFT_SCHEMA,
+    SFT_JUDGE_PAIRWISE: SFT_SCHEMA,
+    BRADLEY_TERRY: BRADLEY_TERRY_SCHEMA,
+    ATTRIBUTES: ATTRIBUTES_SCHEMA,
+}
 EXTRA_INFO = pa.struct(
     [
         ("split", pa.string()),
@@ -97,6 +114,21 @@ class RowOrigin:
 
 def sft_row(prompt: templates.Conversation, response: str) -> dict:
     return {"messages": templates.conversation_messages(prompt, response)}
+
+
+def judge_sft_row(judge_prompt: list[dict], answer: str) -> dict:
+    """A judge warm-start row: the judge prompt (templates.*_messages) followed by the judge's answer."""
+    return {"messages": [*judge_prompt, {"role": "assistant", "content": answer}]}
+
+
+def attributes_row(prompt: templates.Conversation, response: str, scores: dict[str, float]) -> dict:
+    """The conversation a scalar judge reads (as in bradley_terry's `chosen`) and its five attribute ratings."""
+    if set(scores) != set(ATTRIBUTE_NAMES):
+        raise ValueError(f"attribute ratings {sorted(scores)} are not {sorted(ATTRIBUTE_NAMES)}")
+    return {
+        "conversation": json.dumps(templates.conversation_messages(prompt, response), ensure_ascii=False),
+        **{name: float(scores[name]) for name in ATTRIBUTE_NAMES},
+    }
 
 
 def bradley_terry_row(prompt: templates.Conversation, chosen: str, rejected: str, margin: float) -> dict:
@@ -169,8 +201,11 @@ def rb2_row(
     models: Sequence[str],
     subset: str,
     additional_metadata: dict | None,
+    reference: str | None = None,
 ) -> dict:
-    return {
+    """A RewardBench 2 row; `reference` (a correct answer phrased unlike the chosen one, for judges that
+    compare with a reference) becomes an extra column when the rows of a file have one."""
+    row = {
         "id": row_id,
         "prompt": prompt,
         "chosen": list(chosen),
@@ -182,11 +217,16 @@ def rb2_row(
         "subset": subset,
         "additional_metadata": additional_metadata,
     }
+    if reference is not None:
+        row["reference"] = reference
+    return row
 
 
 def _rb2_table(rows: list[dict]) -> pa.Table:
     columns = {name: pa.array([row[name] for row in rows], type=kind) for name, kind in RB2_COLUMNS.items()}
     columns["additional_metadata"] = pa.array([row["additional_metadata"] for row in rows])
+    if any("reference" in row for row in rows):
+        columns["reference"] = pa.array([row["reference"] for row in rows], type=pa.string())
     return pa.table(columns)
 
 
@@ -205,7 +245,7 @@ class Summary:
             self.skipped[(output, reason)] += count
 
     def add_split(self, dataset: str, split: str, rows: list[dict]) -> None:
-        """One split of sft, bradley_terry, a GRPO or the policy dataset; RL rows get `split` and `index` here."""
+        """One split of any dataset but eval/; RL rows get `split` and `index` here."""
         if dataset in RL_SCHEMAS:
             rows = [
                 {**row, "extra_info": {"split": split, "index": index, **row["extra_info"]}}
@@ -213,7 +253,7 @@ class Summary:
             ]
             schema = RL_SCHEMAS[dataset]
         else:
-            schema = {SFT: SFT_SCHEMA, BRADLEY_TERRY: BRADLEY_TERRY_SCHEMA}[dataset]
+            schema = PLAIN_SCHEMAS[dataset]
         self.tables[split_file(dataset, split)] = pa.Table.from_pylist(rows, schema=schema)
 
     def add_eval(self, rows: list[dict]) -> None:

@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as err:
         parser.error(str(err))
     try:
-        rows = load_rows(options.data)
+        rows = load_rows(options.data, options.reference_column)
         with open_judge(source, options.batch_size) as backend:
             result = evaluate(rows, backend, options, config_record(source), file_digest(options.data))
     except (DataError, EvaluationError) as err:

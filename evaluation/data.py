@@ -3,6 +3,8 @@
 Columns used: id, prompt (str), chosen (list[str]), rejected (list[str]), subset; num_correct,
 num_incorrect and total_completions must agree with the lists when present. Ties rows are identified by
 ids `ref:N` (one correct answer) and `tied:N` (several), N shared by the two rows of one prompt.
+Optionally a column of reference answers (a string per row; the offline eval set's is `reference`),
+sent to the judge as the item's `answer`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class EvalRow:
     chosen: tuple[str, ...]
     rejected: tuple[str, ...]
     subset: str
+    reference: str | None = None  # a correct answer the judge compares with; None: no answer is sent
 
     @property
     def completions(self) -> tuple[str, ...]:
@@ -59,8 +62,9 @@ def file_digest(path: str | Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def load_rows(path: str | Path) -> list[EvalRow]:
-    """The rows of a RewardBench 2-schema parquet file, in file order, all checked."""
+def load_rows(path: str | Path, reference_column: str | None = None) -> list[EvalRow]:
+    """The rows of a RewardBench 2-schema parquet file, in file order, all checked; with
+    `reference_column`, each row's reference answer from that column."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -70,7 +74,12 @@ def load_rows(path: str | Path) -> list[EvalRow]:
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
         raise DataError(f"{path.name}: missing columns {missing}; RewardBench 2's schema has {list(REQUIRED_COLUMNS)}")
-    rows = [_row(f"{path.name} row {number}", data) for number, data in enumerate(table.to_pylist(), start=1)]
+    if reference_column is not None and reference_column not in table.column_names:
+        raise DataError(f"{path.name}: no reference column {reference_column!r} (columns: {table.column_names})")
+    rows = [
+        _row(f"{path.name} row {number}", data, reference_column)
+        for number, data in enumerate(table.to_pylist(), start=1)
+    ]
     if not rows:
         raise DataError(f"{path.name} has no rows")
     _check_unique_ids(rows, path.name)
@@ -78,7 +87,7 @@ def load_rows(path: str | Path) -> list[EvalRow]:
     return rows
 
 
-def _row(where: str, data: dict) -> EvalRow:
+def _row(where: str, data: dict, reference_column: str | None) -> EvalRow:
     for name in ("id", "prompt", "subset"):
         if not isinstance(data[name], str):
             raise DataError(f"{where}: {name} must be a string, got {type(data[name]).__name__}")
@@ -91,7 +100,12 @@ def _row(where: str, data: dict) -> EvalRow:
     for name, count in expected.items():
         if data.get(name) is not None and data[name] != count:
             raise DataError(f"{where}: {name} is {data[name]} but the lists hold {count}")
-    return EvalRow(data["id"], data["prompt"], chosen, rejected, data["subset"])
+    reference = None
+    if reference_column is not None:
+        reference = data[reference_column]
+        if not isinstance(reference, str):
+            raise DataError(f"{where}: {reference_column} must be a string, got {type(reference).__name__}")
+    return EvalRow(data["id"], data["prompt"], chosen, rejected, data["subset"], reference)
 
 
 def _texts(where: str, data: dict, name: str) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .data import is_ties_subset
 from .run import EvaluationResult
-from .scoring import row_credit
+from .scoring import PositionConsistency, TieStats, row_credit
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -37,6 +37,8 @@ def results_json(result: EvaluationResult) -> dict:
         "rows": len(result.rows),
         "failed_rows": result.failed_rows,
         "failure_reasons": dict(result.failure_reasons().most_common()),
+        "tied_completions": _ties_json(result.ties),
+        "position_consistency": _consistency_json(result.position_consistency),
         "judge": result.judge,
         "data": {"path": str(options.data), "sha256_12": result.data_digest},
         "config": {
@@ -47,6 +49,23 @@ def results_json(result: EvaluationResult) -> dict:
     if options.row_scores:
         document["row_scores"] = [_row_json(row) for row in result.rows]
     return document
+
+
+def _ties_json(ties: TieStats) -> dict:
+    return {
+        "share": ties.share,
+        "completions": ties.completions,
+        "tied": ties.tied_completions,
+        "rows_with_ties_share": ties.rows_share,
+        "rows": ties.rows,
+        "rows_with_ties": ties.rows_with_ties,
+    }
+
+
+def _consistency_json(consistency: PositionConsistency | None) -> dict | None:
+    if consistency is None:
+        return None
+    return {"share": consistency.share, "completions": consistency.completions, "agreeing": consistency.agreeing}
 
 
 def _subset_json(subset, chance: float | None) -> dict:
@@ -84,6 +103,7 @@ def markdown_report(result: EvaluationResult) -> str:
         f"- Ranked by: `{options.score_field}`; chance: the expected score of a judge scoring at random (1/N "
         f"per best-of-N row; Ties: {options.chance_draws} draws, seed {options.chance_seed})",
         f"- Failed rows: {result.failed_rows} of {len(result.rows)} (a row with a failed judgement scores as wrong)",
+        *_tie_and_consistency_lines(result),
         "",
         "| Subset | Score | Chance | Rows | Failed |",
         "|---|---:|---:|---:|---:|",
@@ -99,6 +119,21 @@ def markdown_report(result: EvaluationResult) -> str:
     )
     lines += _ties_lines(result) + _failure_lines(result)
     return "\n".join(lines) + "\n"
+
+
+def _tie_and_consistency_lines(result: EvaluationResult) -> list[str]:
+    ties = result.ties
+    lines = [
+        f"- Tied completions: {_percent(ties.share)}% of {ties.completions} share their score exactly with another "
+        f"completion of their row; {_percent(ties.rows_share)}% of {ties.rows} rows have a tie (failed rows left out)"
+    ]
+    consistency = result.position_consistency
+    if consistency is not None:
+        lines.append(
+            f"- Position consistency: {_percent(consistency.share)}% of {consistency.completions} judged "
+            "completions got the same verdict with the two responses swapped"
+        )
+    return lines
 
 
 def _ties_lines(result: EvaluationResult) -> list[str]:

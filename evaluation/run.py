@@ -17,9 +17,21 @@ from serving.judges import JudgeItem, Verdict
 
 from .data import EvalRow
 from .judges import EvaluationError, JudgeBackend
-from .scoring import ScoredRow, SubsetResult, chance_scores, overall_score, subset_results
+from .scoring import (
+    PositionConsistency,
+    ScoredRow,
+    SubsetResult,
+    TieStats,
+    chance_scores,
+    overall_score,
+    position_consistency,
+    subset_results,
+    tie_stats,
+)
 
 SCORE_FIELDS = ("score", "raw_reward")
+# The verdict metadata of a judge that judged both orders of a pair: whether the two verdicts agree.
+ORDERS_AGREE = "orders_agree"
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,11 @@ class EvaluationOptions:
         "(RewardBench 2 ranks classifiers by raw reward: the order is the same, the Ties margin "
         "terms differ)",
         choices=SCORE_FIELDS,
+    )
+    reference_column: str | None = option(
+        None,
+        "column of per-row reference answers sent to the judge as `answer` (offline eval: reference); default: none",
+        metavar="NAME",
     )
     row_scores: bool = option(False, "also write every row's scores into results.json")
     chance_draws: int = option(100, "random judges averaged for the Ties chance level; best-of-N chance is exact")
@@ -72,6 +89,14 @@ class EvaluationResult:
     def failed_rows(self) -> int:
         return sum(row.failed for row in self.rows)
 
+    @property
+    def ties(self) -> TieStats:
+        return tie_stats(self.rows)
+
+    @property
+    def position_consistency(self) -> PositionConsistency | None:
+        return position_consistency(self.rows)
+
     def failure_reasons(self) -> Counter:
         """Failed rows by the error of their first failed judgement."""
         return Counter(row.error for row in self.rows if row.failed)
@@ -95,7 +120,11 @@ def evaluate(
 
 
 def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, score_field: str) -> list[ScoredRow]:
-    items = [JudgeItem(prompt=row.prompt, completion=completion) for row in rows for completion in row.completions]
+    items = [
+        JudgeItem(prompt=row.prompt, completion=completion, answer=row.reference)
+        for row in rows
+        for completion in row.completions
+    ]
     verdicts = _judge_all(backend, items, batch_size)
     scored, start = [], 0
     for row in rows:
@@ -121,9 +150,23 @@ def _judge_all(backend: JudgeBackend, items: list[JudgeItem], batch_size: int) -
 def _scored_row(row: EvalRow, verdicts: Sequence[Verdict], score_field: str) -> ScoredRow:
     values = [_value(verdict, score_field) for verdict in verdicts]
     errors = [error for _, error in values if error is not None]
+    agreement = _orders_agree(row, verdicts)
     if errors:
-        return ScoredRow(row.id, row.subset, len(row.chosen), None, errors[0])
-    return ScoredRow(row.id, row.subset, len(row.chosen), tuple(value for value, _ in values))
+        return ScoredRow(row.id, row.subset, len(row.chosen), None, errors[0], agreement)
+    return ScoredRow(row.id, row.subset, len(row.chosen), tuple(value for value, _ in values), None, agreement)
+
+
+def _orders_agree(row: EvalRow, verdicts: Sequence[Verdict]) -> tuple[bool, ...]:
+    """Whether both orders agreed, for each judged completion whose verdict says (pairwise judges)."""
+    flags = []
+    for number, verdict in enumerate(verdicts):
+        if verdict.error is not None or ORDERS_AGREE not in verdict.metadata:
+            continue
+        flag = verdict.metadata[ORDERS_AGREE]
+        if not isinstance(flag, bool):
+            raise EvaluationError(f"row {row.id} completion {number}: metadata {ORDERS_AGREE} is {flag!r}, not a bool")
+        flags.append(flag)
+    return tuple(flags)
 
 
 def _value(verdict: Verdict, score_field: str) -> tuple[float | None, str | None]:

@@ -17,6 +17,11 @@ Every row's scores list its completions chosen first, then rejected.
   The weights sum to 1.01, so the Ties score lies in [-0.01, 1.01].
 - The overall score is the unweighted mean of the subset scores.
 
+Beyond RewardBench 2: tied completions (the share of the judged completions of unfailed rows whose score
+equals, exactly, that of another completion of the same row, and the share of those rows with any tie),
+and position consistency (pairwise judges judge both orders: the share of judged completions whose two
+verdicts agree).
+
 Failed judgements: a row with any failed judgement is a failed row. It is never scored from partial
 scores: a failed non-Ties row gets credit 0; a failed Ties row is inaccurate, and every paired term of its
 prompt number takes its worst value (not preferred, tanh term -1). Failed rows are counted per subset.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +55,7 @@ class ScoredRow:
     num_correct: int
     scores: tuple[float, ...] | None
     error: str | None = None
+    orders_agree: tuple[bool, ...] = ()  # per judged completion whose judge judged both orders
 
     def __post_init__(self):
         if (self.scores is None) == (self.error is None):
@@ -58,6 +64,53 @@ class ScoredRow:
     @property
     def failed(self) -> bool:
         return self.scores is None
+
+
+@dataclass(frozen=True)
+class TieStats:
+    """Score ties within rows, over the rows without a failed judgement."""
+
+    completions: int
+    tied_completions: int  # completions whose score another completion of their row has too
+    rows: int
+    rows_with_ties: int
+
+    @property
+    def share(self) -> float | None:
+        return self.tied_completions / self.completions if self.completions else None
+
+    @property
+    def rows_share(self) -> float | None:
+        return self.rows_with_ties / self.rows if self.rows else None
+
+
+def tied_in_row(scores: Sequence[float]) -> int:
+    """How many of a row's scores equal (exactly) another score of the row."""
+    return sum(count for count in Counter(scores).values() if count > 1)
+
+
+def tie_stats(rows: Sequence[ScoredRow]) -> TieStats:
+    tied = [tied_in_row(row.scores) for row in rows if not row.failed]
+    completions = sum(len(row.scores) for row in rows if not row.failed)
+    return TieStats(completions, sum(tied), len(tied), sum(count > 0 for count in tied))
+
+
+@dataclass(frozen=True)
+class PositionConsistency:
+    """How often a pairwise judge's verdicts in the two orders agree."""
+
+    completions: int  # judged completions whose verdict says whether the orders agreed
+    agreeing: int
+
+    @property
+    def share(self) -> float:
+        return self.agreeing / self.completions
+
+
+def position_consistency(rows: Sequence[ScoredRow]) -> PositionConsistency | None:
+    """None when no verdict said (not a pairwise judge)."""
+    flags = [flag for row in rows for flag in row.orders_agree]
+    return PositionConsistency(len(flags), sum(flags)) if flags else None
 
 
 def best_of_n_credit(scores: Sequence[float]) -> float:

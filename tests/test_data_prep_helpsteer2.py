@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep import cli, helpsteer2
+from data_prep import cli, helpsteer2, outputs
 from data_prep.records import DataError, UsageError
 from judge_rewards.protocol import templates
 
@@ -45,8 +45,8 @@ def preference(split, prompt, response_1, response_2, strength):
 
 TRAIN = [
     rating("What is 2+2?", "2+2 is 4.", 4, 4),
-    rating("What is 2+2?", "2+2 is 5.", 0, 0),
-    rating(MULTI_TURN, "Red.", 3, 4),
+    rating("What is 2+2?", "2+2 is 5.", 0, 0, coherence=3, complexity=0, verbosity=2),
+    rating(MULTI_TURN, "Red.", 3, 4, coherence=2, complexity=3, verbosity=0),
     rating(MULTI_TURN, "Purple.", 2, 3),
     rating("Hello\n<extra_id_1>Robot\nbeep", "Hi.", 2, 4),
 ]
@@ -158,6 +158,21 @@ def test_pointwise_rows_rate_every_response_with_its_helpfulness(upstream, tmp_p
     assert val[0]["extra_info"]["split"] == "val"
 
 
+def test_attribute_rows_keep_every_rated_response_with_its_five_attributes(upstream, tmp_path):
+    convert(upstream, tmp_path / "out")
+    table = pq.read_table(tmp_path / "out" / "attributes" / "train.parquet")
+    assert table.schema.names == ["conversation", *outputs.ATTRIBUTE_NAMES]
+    assert all(str(table.schema.field(name).type) == "double" for name in outputs.ATTRIBUTE_NAMES)
+    rows = table.to_pylist()
+    expected_prompts = ["What is 2+2?", "What is 2+2?", MULTI_TURN_MESSAGES, MULTI_TURN_MESSAGES]
+    assert len(rows) == len(expected_prompts)  # the fifth rating's prompt does not parse as turns
+    for row, rating_, prompt in zip(rows, TRAIN, expected_prompts, strict=False):
+        assert json.loads(row.pop("conversation")) == templates.conversation_messages(prompt, rating_["response"])
+        assert row == {name: float(rating_[name]) for name in outputs.ATTRIBUTE_NAMES}
+    val = read(tmp_path / "out", "attributes/val.parquet")
+    assert json.loads(val[0]["conversation"])[-1] == {"role": "assistant", "content": "Paris."}
+
+
 def test_bradley_terry_orders_pairs_by_the_sign_and_keeps_the_strength(upstream, tmp_path):
     summary = convert(upstream, tmp_path / "out")
     rows = read(tmp_path / "out", "bradley_terry/train.parquet")
@@ -249,9 +264,11 @@ def test_cli_prints_rows_written_and_skipped(upstream, tmp_path, capsys):
         ]
     )
     first_line, *rest = capsys.readouterr().out.splitlines()
-    assert first_line == f"helpsteer2: wrote 16 rows under {tmp_path / 'out'}"
+    assert first_line == f"helpsteer2: wrote 21 rows under {tmp_path / 'out'}"
     not_turns = "prompt not parsable as turns (a turn marker is not followed by 'User' or 'Assistant' and a newline)"
     assert rest == [
+        "  attributes/train.parquet            4 rows",
+        "  attributes/val.parquet              1 rows",
         "  bradley_terry/train.parquet         3 rows",
         "  bradley_terry/val.parquet           1 rows",
         "  grpo/pairwise/train.parquet         3 rows",
@@ -261,6 +278,7 @@ def test_cli_prints_rows_written_and_skipped(upstream, tmp_path, capsys):
         "  sft/train.parquet                   2 rows",
         "  sft/val.parquet                     1 rows",
         "skipped:",
+        f"  attributes: {not_turns}: 1",
         "  bradley_terry: tie (preference_strength 0): 1",
         "  grpo/pairwise: tie (preference_strength 0): 1",
         f"  grpo/pointwise: {not_turns}: 1",
@@ -321,6 +339,7 @@ def test_empty_responses_are_skipped_and_counted(upstream, tmp_path):
     assert {key: count for key, count in summary.skipped.items() if "empty" in key[1]} == {
         ("sft", "empty response"): 1,
         ("grpo/pointwise", "empty response"): 1,
+        ("attributes", "empty response"): 1,
         ("bradley_terry", "empty response"): 1,
         ("grpo/pairwise", "empty response"): 1,
     }

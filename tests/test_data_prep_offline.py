@@ -4,6 +4,7 @@ import json
 from collections import Counter
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from data_prep import cli, offline, outputs
@@ -15,10 +16,27 @@ from judge_rewards.protocol import templates
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
 FILES = [
     outputs.split_file(dataset, split)
-    for dataset in (outputs.SFT, outputs.BRADLEY_TERRY, outputs.POINTWISE, outputs.PAIRWISE)
+    for dataset in (
+        outputs.SFT,
+        outputs.BRADLEY_TERRY,
+        outputs.POINTWISE,
+        outputs.PAIRWISE,
+        outputs.SFT_JUDGE_POINTWISE,
+        outputs.SFT_JUDGE_PAIRWISE,
+        outputs.ATTRIBUTES,
+    )
     for split in outputs.SPLITS
 ]
 FILES.append(outputs.EVAL_FILE)
+# the datasets with one row per preference pair of a split
+FILES_PER_PAIR = (
+    outputs.BRADLEY_TERRY,
+    outputs.POINTWISE,
+    outputs.PAIRWISE,
+    outputs.SFT_JUDGE_POINTWISE,
+    outputs.SFT_JUDGE_PAIRWISE,
+    outputs.ATTRIBUTES,
+)
 # question text -> (category, fact, phrasing): every question the generator can ask
 QUESTIONS = {
     fact.question(phrasing): (category.name, fact, phrasing)
@@ -88,7 +106,7 @@ def test_val_and_eval_questions_and_facts_never_appear_in_train(small):
 
 def test_sizes_are_honoured(small):
     for split, size in (("train", SMALL.train_size), ("val", SMALL.val_size)):
-        for dataset in (outputs.BRADLEY_TERRY, outputs.POINTWISE, outputs.PAIRWISE):
+        for dataset in FILES_PER_PAIR:
             assert len(read(small, outputs.split_file(dataset, split))) == size
     assert len(read(small, outputs.EVAL_FILE)) == SMALL.eval_size
 
@@ -176,7 +194,8 @@ def test_pairwise_positions_are_balanced_and_labelled(small):
 
 def test_eval_rows_follow_rewardbench2_with_one_correct_and_three_flawed(small):
     rows = read(small, outputs.EVAL_FILE)
-    assert list(pd.read_parquet(small / outputs.EVAL_FILE).columns) == [*outputs.RB2_COLUMNS, "additional_metadata"]
+    columns = list(pd.read_parquet(small / outputs.EVAL_FILE).columns)
+    assert columns == [*outputs.RB2_COLUMNS, "additional_metadata", "reference"]
     assert len({row["id"] for row in rows}) == len(rows)
     for row in rows:
         category, fact, phrasing = QUESTIONS[row["prompt"]]
@@ -188,6 +207,20 @@ def test_eval_rows_follow_rewardbench2_with_one_correct_and_three_flawed(small):
         assert list(row["models"]) == [offline.EVAL_MODEL_NAME] * 4
         assert row["additional_metadata"] == {"category": category, "fact": fact.key}
     assert {row["subset"] for row in rows} == {category.name for category in CATEGORIES}
+
+
+def test_eval_references_are_correct_answers_phrased_unlike_the_chosen_one(small):
+    fallbacks = 0
+    for row in read(small, outputs.EVAL_FILE):
+        _, fact, phrasing = QUESTIONS[row["prompt"]]
+        others = [fact.statement(p, fact.answer) for p in fact.phrasings if p != phrasing]
+        assert row["reference"] != row["chosen"][0]
+        if others:
+            assert row["reference"] in others
+        else:
+            assert row["reference"] == f"The answer is {fact.answer}."
+            fallbacks += 1
+    assert 0 < fallbacks < len(read(small, outputs.EVAL_FILE)) / 2
 
 
 def test_eval_file_loads_with_the_project_evaluation(small):
@@ -203,18 +236,129 @@ def test_too_large_a_size_is_a_clear_error(tmp_path):
 def test_cli_writes_the_default_demo_dataset(tmp_path, capsys):
     cli.main(["offline", "--out", str(tmp_path)])
     first_line, *rest = capsys.readouterr().out.splitlines()
-    assert first_line == f"offline (seed 0): wrote 3344 rows under {tmp_path}"
+    assert first_line == f"offline (seed 0): wrote 5744 rows under {tmp_path}"
     assert rest == [
-        "  bradley_terry/train.parquet       720 rows",
-        "  bradley_terry/val.parquet          80 rows",
-        "  eval/test.parquet                 100 rows",
-        "  grpo/pairwise/train.parquet       720 rows",
-        "  grpo/pairwise/val.parquet          80 rows",
-        "  grpo/pointwise/train.parquet      720 rows",
-        "  grpo/pointwise/val.parquet         80 rows",
-        "  policy/train.parquet              377 rows",
-        "  policy/val.parquet                 45 rows",
-        "  sft/train.parquet                 377 rows",
-        "  sft/val.parquet                    45 rows",
+        "  attributes/train.parquet               720 rows",
+        "  attributes/val.parquet                  80 rows",
+        "  bradley_terry/train.parquet            720 rows",
+        "  bradley_terry/val.parquet               80 rows",
+        "  eval/test.parquet                      100 rows",
+        "  grpo/pairwise/train.parquet            720 rows",
+        "  grpo/pairwise/val.parquet               80 rows",
+        "  grpo/pointwise/train.parquet           720 rows",
+        "  grpo/pointwise/val.parquet              80 rows",
+        "  policy/train.parquet                   377 rows",
+        "  policy/val.parquet                      45 rows",
+        "  sft/train.parquet                      377 rows",
+        "  sft/val.parquet                         45 rows",
+        "  sft_judge_pairwise/train.parquet       720 rows",
+        "  sft_judge_pairwise/val.parquet          80 rows",
+        "  sft_judge_pointwise/train.parquet      720 rows",
+        "  sft_judge_pointwise/val.parquet         80 rows",
         "skipped: nothing",
     ]
+
+
+def grade_of(question: str, response: str) -> int:
+    """The grade of an offline graded response, read from its text as a reader would."""
+    _, fact, phrasing = QUESTIONS[question]
+    good = fact.statement(phrasing, fact.answer)
+    if response == offline.NO_ANSWER:
+        return 1
+    if response.startswith("I am not sure which is right: "):
+        return 2
+    if response == good + offline.UNSURE_SUFFIX:
+        return 3
+    if response == good:
+        return 4
+    assert response in {fact.statement(phrasing, wrong) for wrong in fact.wrong}, response
+    return 0
+
+
+def user_and_answer(row) -> tuple[list[dict], str]:
+    user, assistant = row["messages"]
+    assert (user["role"], assistant["role"]) == ("user", "assistant")
+    return [dict(user)], assistant["content"]
+
+
+@pytest.mark.parametrize("split", outputs.SPLITS)
+def test_pointwise_warm_start_answers_parse_to_the_grpo_labels(small, split):
+    grpo = read(small, outputs.split_file(outputs.POINTWISE, split))
+    warm_start = read(small, outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split))
+    assert len(warm_start) == len(grpo)
+    for grpo_row, row in zip(grpo, warm_start, strict=True):
+        judge_prompt, answer = user_and_answer(row)
+        assert judge_prompt == [dict(m) for m in grpo_row["prompt"]]
+        parsed = templates.parse_pointwise(answer)
+        assert parsed.ok and parsed.has_think, answer
+        assert parsed.value == templates.read_ground_truth(grpo_row["reward_model"]["ground_truth"])["score"]
+        _, fact, _ = QUESTIONS[question_in(judge_prompt[0]["content"])]
+        assert fact.answer in parsed.reasoning and 5 <= len(parsed.reasoning.split()) <= 15, parsed.reasoning
+        assert answer == f"<think>{parsed.reasoning}</think><score>{parsed.value}</score>"
+
+
+@pytest.mark.parametrize("split", outputs.SPLITS)
+def test_pairwise_warm_start_answers_parse_to_the_grpo_labels(small, split):
+    grpo = read(small, outputs.split_file(outputs.PAIRWISE, split))
+    warm_start = read(small, outputs.split_file(outputs.SFT_JUDGE_PAIRWISE, split))
+    assert len(warm_start) == len(grpo)
+    labels = Counter()
+    for grpo_row, row in zip(grpo, warm_start, strict=True):
+        judge_prompt, answer = user_and_answer(row)
+        assert judge_prompt == [dict(m) for m in grpo_row["prompt"]]
+        parsed = templates.parse_pairwise(answer)
+        assert parsed.ok and parsed.has_think, answer
+        assert parsed.value == templates.read_ground_truth(grpo_row["reward_model"]["ground_truth"])["better"]
+        _, fact, _ = QUESTIONS[question_in(judge_prompt[0]["content"])]
+        assert f"Response {parsed.value} says {fact.answer}, which is correct" in parsed.reasoning
+        assert len(parsed.reasoning.split()) <= 20, parsed.reasoning
+        labels[parsed.value] += 1
+    assert labels["A"] == len(grpo) // 2
+
+
+def test_warm_start_reasoning_names_the_case_it_judges(small):
+    """Not one canned sentence per grade: the reasoning names the values of its own question."""
+    rows = read(small, "sft_judge_pointwise/train.parquet")
+    reasonings = {templates.parse_pointwise(user_and_answer(row)[1]).reasoning for row in rows}
+    assert len(reasonings) > len(rows) / 2
+
+
+# The synthetic attribute rules of data_prep/README.md, by grade (helpfulness is the grade itself).
+CORRECTNESS = {4: 4, 3: 4, 2: 2, 1: 1, 0: 0}
+COHERENCE = {4: 4, 3: 3, 2: 1, 1: 4, 0: 4}
+COMPLEXITY = {"capitals": 1, "opposites": 1, "general": 1, "units": 2, "arithmetic": 3}
+
+
+def verbosity_of(words: int) -> int:
+    return 0 if words <= 5 else 1 if words <= 8 else 2 if words <= 12 else 3 if words <= 18 else 4
+
+
+@pytest.mark.parametrize("split", outputs.SPLITS)
+def test_attributes_follow_the_documented_rules_from_what_the_response_shows(small, split):
+    grpo = read(small, outputs.split_file(outputs.POINTWISE, split))
+    rows = read(small, outputs.split_file(outputs.ATTRIBUTES, split))
+    schema = pq.read_schema(small / outputs.split_file(outputs.ATTRIBUTES, split))
+    assert [(f.name, str(f.type)) for f in schema] == [("conversation", "string")] + [
+        (name, "double") for name in ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
+    ]
+    for grpo_row, row in zip(grpo, rows, strict=True):
+        (user, assistant) = json.loads(row["conversation"])
+        question, response = user["content"], assistant["content"]
+        assert [dict(m) for m in grpo_row["prompt"]] == templates.pointwise_messages(question, response)
+        grade = grade_of(question, response)
+        category = QUESTIONS[question][0]
+        assert (row["helpfulness"], row["correctness"], row["coherence"]) == (
+            grade,
+            CORRECTNESS[grade],
+            COHERENCE[grade],
+        )
+        assert row["complexity"] == (0 if grade == 1 else COMPLEXITY[category] + (grade == 2))
+        assert row["verbosity"] == verbosity_of(len(response.split()))
+
+
+def test_every_attribute_varies_and_each_carries_its_own_signal(small):
+    table = pd.read_parquet(small / "attributes/train.parquet")[list(outputs.ATTRIBUTE_NAMES)]
+    for name in outputs.ATTRIBUTE_NAMES:
+        assert table[name].nunique() >= 3, name
+    columns = [tuple(table[name]) for name in outputs.ATTRIBUTE_NAMES]
+    assert len(set(columns)) == len(columns)  # no attribute is a copy of another

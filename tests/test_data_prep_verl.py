@@ -19,6 +19,11 @@ from tests import test_data_prep_rewardbench2 as rb2_standin
 
 SOURCES = ("offline", "helpsteer2", "rewardbench2")
 SFT_FILES = [f"{source}/sft/{split}.parquet" for source in ("offline", "helpsteer2") for split in ("train", "val")]
+SFT_FILES += [
+    f"offline/{judge}/{split}.parquet"
+    for judge in ("sft_judge_pointwise", "sft_judge_pairwise")
+    for split in ("train", "val")
+]
 GRPO_FILES = [
     f"{source}/grpo/{mode}/{split}.parquet"
     for source in SOURCES

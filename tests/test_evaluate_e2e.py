@@ -165,6 +165,17 @@ def test_http_and_in_process_give_the_same_scores(http_run, in_process_run):
     assert in_process["judge"]["access"].startswith("in-process from ")
 
 
+@pytest.mark.parametrize("run", ["http", "in_process"])
+def test_both_paths_report_tied_completions_from_their_row_scores(http_run, in_process_run, run):
+    document = results(http_run[0] if run == "http" else in_process_run)
+    scored = [r["scores"] for r in document["row_scores"] if r["scores"] is not None]
+    tied = sum(sum(1 for s in scores if scores.count(s) > 1) for scores in scored)
+    completions = sum(len(scores) for scores in scored)
+    assert document["tied_completions"]["completions"] == completions == 30  # 32 less the failed row's 2
+    assert document["tied_completions"]["tied"] == tied
+    assert document["position_consistency"] is None  # a scalar judge judges no pair
+
+
 def test_the_chart_is_a_valid_png(in_process_run):
     from PIL import Image
 

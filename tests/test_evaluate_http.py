@@ -7,8 +7,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from evaluation.cli import main
 from evaluation.judges import EvaluationError, HttpJudge, HttpJudgeOptions
 from serving.judges import JudgeItem
 
@@ -21,6 +24,7 @@ class StubJudgeServer(BaseHTTPRequestHandler):
 
     behaviour = "ok"
     calls = 0
+    answers: list = []
 
     def do_GET(self):
         self._answer(200, HEALTH)
@@ -32,6 +36,7 @@ class StubJudgeServer(BaseHTTPRequestHandler):
             return self._answer(503, {"detail": "queue full"})
         if self.behaviour == "bad_request":
             return self._answer(422, {"detail": "invalid"})
+        type(self).answers += [r.get("answer") for r in requests]
         responses = [
             {
                 "score": (i + 1) / (len(requests) + 2),
@@ -41,6 +46,10 @@ class StubJudgeServer(BaseHTTPRequestHandler):
             }
             for i, r in enumerate(requests)
         ]
+        if self.behaviour == "pairwise":  # 1 when the completion is the reference, else 0; orders agree on "ok"
+            for response, request in zip(responses, requests, strict=True):
+                response["score"] = float(request["completion"] == request.get("answer"))
+                response["metadata"] = {"orders_agree": request["completion"].startswith("ok")}
         if self.behaviour == "drops_one":
             responses = responses[1:]
         if self.behaviour == "reversed":
@@ -65,6 +74,7 @@ def stub_url():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     StubJudgeServer.calls = 0
+    StubJudgeServer.answers = []
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -127,3 +137,31 @@ def test_failing_batches_never_open_a_circuit_that_would_fail_later_ones_unsent(
         verdicts = [verdict for _ in range(batches) for verdict in judge.score_batch(ITEMS)]
     assert StubJudgeServer.calls == batches
     assert all("HTTP 503" in v.error for v in verdicts)
+
+
+def test_an_http_run_sends_references_and_reports_what_the_server_says_of_both_orders(stub_url, tmp_path):
+    StubJudgeServer.behaviour = "pairwise"
+    rows = [
+        {"id": "a", "prompt": "q", "chosen": ["ok 1"], "rejected": ["no", "ok 2"], "subset": "S", "reference": "ok 1"},
+        {"id": "b", "prompt": "q", "chosen": ["ok 3"], "rejected": ["no"], "subset": "S", "reference": "ok 3"},
+    ]
+    data = tmp_path / "ref.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    main(
+        [
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "out"),
+            "--judge-url",
+            stub_url,
+            "--reference-column",
+            "reference",
+        ]
+    )
+    assert StubJudgeServer.answers == ["ok 1", "ok 1", "ok 1", "ok 3", "ok 3"]
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["score"] == 1.0
+    assert document["position_consistency"] == {"share": 3 / 5, "completions": 5, "agreeing": 3}
+    assert document["tied_completions"]["tied"] == 2  # row a: "no" and "ok 2" both score 0
+    assert document["config"]["evaluation"]["reference_column"] == "reference"

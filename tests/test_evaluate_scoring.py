@@ -14,7 +14,10 @@ from evaluation.scoring import (
     best_of_n_credit,
     chance_scores,
     overall_score,
+    position_consistency,
     subset_results,
+    tie_stats,
+    tied_in_row,
     ties_components,
 )
 
@@ -202,3 +205,58 @@ def test_load_rows_keeps_file_order_and_the_lists(tmp_path):
 def test_load_rows_rejects_rows_the_scoring_cannot_use(tmp_path, rows, message):
     with pytest.raises(DataError, match=message):
         load_rows(write_rb2(tmp_path / "bad.parquet", rows))
+
+
+# ---- tied completions and position consistency ----------------------------------------------------
+
+
+def test_tied_completions_count_every_score_shared_within_a_row():
+    assert tied_in_row([0.5, 0.5, 0.2, 0.1]) == 2
+    assert tied_in_row([0.9, 0.1, 0.1, 0.1]) == 3
+    assert tied_in_row([0.2, 0.2, 0.7, 0.7]) == 4
+    assert tied_in_row([0.3, 0.30000000000000004]) == 0  # exact equality, no tolerance
+    rows = [
+        row("a", "Math", [0.5, 0.5, 0.2, 0.1]),
+        row("b", "Math", [0.9, 0.1, 0.1, 0.1]),
+        row("c", "Focus", [0.3, 0.2]),
+        row("d", "Focus", None, error="boom"),  # failed: no scores to compare, left out
+    ]
+    stats = tie_stats(rows)
+    assert (stats.completions, stats.tied_completions, stats.rows, stats.rows_with_ties) == (10, 5, 3, 2)
+    assert (stats.share, stats.rows_share) == (0.5, 2 / 3)
+
+
+def test_tied_completions_of_only_failed_rows_are_undefined_not_zero():
+    stats = tie_stats([row("d", "Focus", None, error="boom")])
+    assert (stats.completions, stats.share, stats.rows_share) == (0, None, None)
+
+
+def test_position_consistency_is_the_share_of_agreeing_orders_when_the_judge_says():
+    rows = [
+        ScoredRow("a", "Math", 1, (0.9, 0.1), orders_agree=(True, False)),
+        ScoredRow("b", "Math", 1, (0.4, 0.1, 0.2), orders_agree=(True, True, True)),
+        ScoredRow("c", "Math", 1, None, "boom", orders_agree=(False,)),
+    ]
+    consistency = position_consistency(rows)
+    assert (consistency.completions, consistency.agreeing, consistency.share) == (6, 4, 4 / 6)
+    assert position_consistency([row("a", "Math", [0.9, 0.1])]) is None
+
+
+def test_load_rows_reads_the_reference_column_only_when_asked(tmp_path):
+    path = write_rb2(
+        tmp_path / "ref.parquet",
+        [rb2("z", "Math", ["a"], ["b"], reference="A."), rb2("y", "Focus", ["d"], ["e"], reference="D.")],
+    )
+    assert [r.reference for r in load_rows(path, "reference")] == ["A.", "D."]
+    assert [r.reference for r in load_rows(path)] == [None, None]
+    with pytest.raises(DataError, match=r"^ref.parquet: no reference column 'answer' \(columns: "):
+        load_rows(path, "answer")
+
+
+def test_a_reference_that_is_not_a_string_names_its_row_and_field(tmp_path):
+    path = write_rb2(
+        tmp_path / "ref.parquet",
+        [rb2("z", "Math", ["a"], ["b"], reference="A."), rb2("y", "Focus", ["d"], ["e"], reference=None)],
+    )
+    with pytest.raises(DataError, match=r"^ref.parquet row 2: reference must be a string, got NoneType$"):
+        load_rows(path, "reference")

@@ -1,0 +1,70 @@
+"""What the offline data says about its graded responses beyond the 0-4 grade: the short judge-format
+answers a generative judge's SFT warm start trains on, and the synthetic HelpSteer2-style attributes.
+
+The grades are those of `offline.graded_response`: 4 correct, 3 correct but needlessly unsure,
+2 undecided between the correct and a wrong statement, 1 no answer, 0 confidently wrong.
+"""
+
+from __future__ import annotations
+
+from data_prep.outputs import ATTRIBUTE_NAMES
+
+
+def _think(reasoning: str) -> str:
+    return f"<think>{reasoning}</think>"
+
+
+def _pointwise_reasoning(score: int, answer: str, wrong: str) -> str:
+    return {
+        4: f"It answers {answer}, which is correct, and says it plainly.",
+        3: f"It answers {answer}, which is correct, but adds needless doubt.",
+        2: f"It offers both {answer} and {wrong} without choosing one.",
+        1: f"It gives no answer; the answer is {answer}.",
+        0: f"It answers {wrong}, but the correct answer is {answer}.",
+    }[score]
+
+
+def pointwise_answer(score: int, answer: str, wrong: str) -> str:
+    """A pointwise judge's answer to the graded response of a fact whose answer is `answer`, `wrong` being
+    the wrong value that the flawed statement (grades 0 and 2) gives."""
+    return _think(_pointwise_reasoning(score, answer, wrong)) + f"<score>{score}</score>"
+
+
+def pairwise_answer(good_is_a: bool, answer: str, wrong: str) -> str:
+    """A pairwise judge's answer to a correct statement against a confidently wrong one."""
+    good, flawed = ("A", "B") if good_is_a else ("B", "A")
+    reasoning = f"Response {good} says {answer}, which is correct; Response {flawed} says {wrong}, which is wrong."
+    return _think(reasoning) + f"<better>{good}</better>"
+
+
+# Synthetic attribute rules (data_prep/README.md explains them); keys are the grades.
+_CORRECTNESS = {4: 4, 3: 4, 2: 2, 1: 1, 0: 0}  # right value stated; both; none; a wrong one
+_COHERENCE = {4: 4, 3: 3, 2: 1, 1: 4, 0: 4}  # doubt after a plain claim costs 1, two rival claims cost 3
+# What it takes to produce the answer: recall a name or word, state a quantity, compute.
+_COMPLEXITY_BY_CATEGORY = {"capitals": 1, "opposites": 1, "general": 1, "units": 2, "arithmetic": 3}
+# Verbosity from the response's word count: at most 5 words is 0, 6-8 is 1, 9-12 is 2, 13-18 is 3, more is 4.
+_VERBOSITY_WORD_LIMITS = ((5, 0), (8, 1), (12, 2), (18, 3))
+
+
+def _complexity(score: int, category: str) -> int:
+    if score == 1:
+        return 0  # no answer: nothing worked out
+    return min(4, _COMPLEXITY_BY_CATEGORY[category] + (score == 2))  # weighing two candidates adds 1
+
+
+def _verbosity(response: str) -> int:
+    words = len(response.split())
+    return next((level for limit, level in _VERBOSITY_WORD_LIMITS if words <= limit), 4)
+
+
+def attributes(score: int, category: str, response: str) -> dict[str, float]:
+    """The five attributes of a graded response (each 0-4): helpfulness is the grade, correctness and
+    coherence follow the grade, complexity the kind of question (and indecision), verbosity the length."""
+    values = {
+        "helpfulness": score,
+        "correctness": _CORRECTNESS[score],
+        "coherence": _COHERENCE[score],
+        "complexity": _complexity(score, category),
+        "verbosity": _verbosity(response),
+    }
+    return {name: float(values[name]) for name in ATTRIBUTE_NAMES}
