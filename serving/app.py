@@ -1,5 +1,5 @@
-"""The HTTP API (FastAPI): /judge, /batch_judge, /health, /metrics, with optional bearer-key auth and
-request limits. The same app serves the standalone server and each Ray Serve replica."""
+"""The HTTP API (FastAPI): /judge, /batch_judge, /compare, /batch_compare, /health, /metrics, with optional
+bearer-key auth and request limits. The same app serves the standalone server and each Ray Serve replica."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -18,14 +18,29 @@ from fastapi.responses import JSONResponse, Response
 
 from .batching import BatcherStopped, QueueFull
 from .config import ServingConfig
-from .judges import JudgeIdentity, JudgeItem, Verdict
+from .judges import ComparisonItem, JudgeIdentity, JudgeItem, Verdict
 from .metrics import ServerMetrics
-from .schemas import BatchJudgeRequest, BatchJudgeResponse, HealthResponse, JudgeRequest, JudgeResponse
+from .schemas import (
+    BatchCompareRequest,
+    BatchCompareResponse,
+    BatchJudgeRequest,
+    BatchJudgeResponse,
+    CompareRequest,
+    CompareResponse,
+    HealthResponse,
+    JudgeRequest,
+    JudgeResponse,
+    VerdictResponse,
+)
 
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/health",)
 CLIENT_LEFT = 499  # nginx's status for a request whose client disconnected first; only the metrics see it
+COMPARING_JUDGES = "a pairwise or scalar judge"
+
+Request_ = TypeVar("Request_", JudgeRequest, CompareRequest)
+Response_ = TypeVar("Response_", bound=VerdictResponse)
 
 
 class JudgeService(Protocol):
@@ -33,6 +48,7 @@ class JudgeService(Protocol):
 
     identity: JudgeIdentity
     replica: str  # which process answers: host:pid, or the Ray Serve replica id
+    can_compare: bool  # whether the judge answers /compare
 
     @property
     def queue_depth(self) -> int: ...
@@ -40,12 +56,16 @@ class JudgeService(Protocol):
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """One verdict per item, in order."""
 
+    async def compare(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
+        """One verdict per comparison, in order (score: the probability that response_a is better)."""
+
 
 def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetrics, lifespan=None) -> FastAPI:
     app = FastAPI(
         title="Judge server",
         version="1.0",
-        description="Scores (prompt, completion) pairs in [0, 1] with a judge model, for RL rewards.",
+        description="Scores (prompt, completion) pairs in [0, 1] with a judge model, for RL rewards, and "
+        "compares two responses to one prompt (pairwise and scalar judges).",
         lifespan=lifespan,
     )
     started_at = time.monotonic()
@@ -66,25 +86,45 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         metrics.observe_request(request.url.path, response.status_code, time.perf_counter() - started)
         return response
 
-    async def judge_requests(http_request: Request, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+    async def answer(
+        http_request: Request,
+        requests: Sequence[Request_],
+        run: Callable[[list], Awaitable[list[Verdict]]],
+        response_type: type[Response_],
+    ) -> list[Response_]:
         """One response per request; a request over an item-level limit gets its error, never a verdict."""
         started = time.perf_counter()
         request_ids = [r.request_id if r.request_id is not None else uuid.uuid4().hex for r in requests]
         refusals = [_text_size_error(r, config.max_text_chars) for r in requests]
         accepted = [r.item() for r, refusal in zip(requests, refusals, strict=True) if refusal is None]
         try:
-            judged = await _unless_client_leaves(http_request, service.judge(accepted)) if accepted else []
+            answered = await _unless_client_leaves(http_request, run(accepted)) if accepted else []
         except (QueueFull, BatcherStopped) as err:
             raise HTTPException(503, str(err)) from err
-        in_order = iter(judged)
+        in_order = iter(answered)
         verdicts = [Verdict.failed(refusal) if refusal else next(in_order) for refusal in refusals]
-        metrics.count_verdicts(verdicts)
+        metrics.count_verdicts(verdicts, comparisons=response_type is CompareResponse)
         common = {
             "latency": time.perf_counter() - started,
             "judge": service.identity.kind,
             "model_id": service.identity.model_id,
         }
-        return [JudgeResponse.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
+        return [response_type.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
+
+    def check_batch(requests: Sequence[Request_]) -> None:
+        if len(requests) > config.max_batch_requests:
+            raise HTTPException(
+                413,
+                f"{len(requests)} requests in one batch; the limit is "
+                f"{config.max_batch_requests} (--max-batch-requests)",
+            )
+        _check_unique_ids(requests)
+
+    def check_can_compare(path: str) -> None:
+        if not service.can_compare:
+            raise HTTPException(
+                400, f"{path} needs {COMPARING_JUDGES}; this server hosts a {service.identity.kind} judge"
+            )
 
     @app.post(
         "/judge",
@@ -92,7 +132,7 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         summary="Judge one completion (a failed judgement has score null and an error)",
     )
     async def judge(request: JudgeRequest, http_request: Request) -> JudgeResponse:
-        return (await judge_requests(http_request, [request]))[0]
+        return (await answer(http_request, [request], service.judge, JudgeResponse))[0]
 
     @app.post(
         "/batch_judge",
@@ -100,14 +140,31 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         summary="Judge many completions; each response carries its request_id, in request order",
     )
     async def batch_judge(batch: BatchJudgeRequest, http_request: Request) -> BatchJudgeResponse:
-        if len(batch.requests) > config.max_batch_requests:
-            raise HTTPException(
-                413,
-                f"{len(batch.requests)} requests in one batch; the limit is "
-                f"{config.max_batch_requests} (--max-batch-requests)",
-            )
-        _check_unique_ids(batch.requests)
-        return BatchJudgeResponse(responses=await judge_requests(http_request, batch.requests))
+        check_batch(batch.requests)
+        return BatchJudgeResponse(responses=await answer(http_request, batch.requests, service.judge, JudgeResponse))
+
+    @app.post(
+        "/compare",
+        response_model=CompareResponse,
+        summary="Compare two responses to one prompt: score = probability that response_a is better "
+        f"(needs {COMPARING_JUDGES}; other judges answer 400)",
+    )
+    async def compare(request: CompareRequest, http_request: Request) -> CompareResponse:
+        check_can_compare("/compare")
+        return (await answer(http_request, [request], service.compare, CompareResponse))[0]
+
+    @app.post(
+        "/batch_compare",
+        response_model=BatchCompareResponse,
+        summary="Compare many response pairs; each response carries its request_id, in request order "
+        f"(needs {COMPARING_JUDGES})",
+    )
+    async def batch_compare(batch: BatchCompareRequest, http_request: Request) -> BatchCompareResponse:
+        check_can_compare("/batch_compare")
+        check_batch(batch.requests)
+        return BatchCompareResponse(
+            responses=await answer(http_request, batch.requests, service.compare, CompareResponse)
+        )
 
     @app.get("/health", response_model=HealthResponse, summary="Model, judge kind and queue state (no auth)")
     async def health() -> HealthResponse:
@@ -152,7 +209,7 @@ def _has_key(request: Request, api_key: str) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
 
 
-def _text_size_error(request: JudgeRequest, max_chars: int) -> str | None:
+def _text_size_error(request: JudgeRequest | CompareRequest, max_chars: int) -> str | None:
     for name, text in request.texts().items():
         if len(text) > max_chars:
             return f"{name} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"
@@ -190,7 +247,7 @@ async def _refuse_invalid_request(request: Request, err: RequestValidationError)
     return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
 
-def _check_unique_ids(requests: Sequence[JudgeRequest]) -> None:
+def _check_unique_ids(requests: Sequence[JudgeRequest | CompareRequest]) -> None:
     seen: set[str] = set()
     for index, request in enumerate(requests):
         if request.request_id is None:

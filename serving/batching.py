@@ -1,5 +1,6 @@
-"""Dynamic batching: judgements of concurrent requests are collected into batches for one model worker
-thread, so the event loop never runs the model and every request is answered through its own future."""
+"""Dynamic batching: judgements (and comparisons) of concurrent requests are collected into batches for one
+model worker thread, so the event loop never runs the model and every request is answered through its own
+future. A batch holds one kind of work: judge items or comparison items."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .judges import JudgeItem, Verdict
+from .judges import ComparisonItem, JudgeItem, Verdict
 
 log = logging.getLogger(__name__)
 
-ScoreBatch = Callable[[Sequence[JudgeItem]], list[Verdict]]
+Work = JudgeItem | ComparisonItem
+ScoreBatch = Callable[[Sequence[Work]], list[Verdict]]
 BatchObserver = Callable[[int, float], None]
 
 
@@ -27,7 +29,7 @@ class BatcherStopped(RuntimeError):
     """The server is shutting down."""
 
 
-def score_isolating_failures(score_batch: ScoreBatch, items: Sequence[JudgeItem]) -> list[Verdict]:
+def score_isolating_failures(score_batch: ScoreBatch, items: Sequence[Work]) -> list[Verdict]:
     """The verdicts of `score_batch(items)`; if the call fails, the items are judged one by one so that
     only the item that fails gets the error (e.g. one input too large for the GPU)."""
     try:
@@ -47,14 +49,15 @@ def score_isolating_failures(score_batch: ScoreBatch, items: Sequence[JudgeItem]
 
 @dataclass
 class _Pending:
-    item: JudgeItem
+    item: Work
     future: asyncio.Future
     enqueued_at: float
 
 
 class DynamicBatcher:
     """Collects up to `max_batch_size` judgements, waiting at most `batch_timeout` seconds after the
-    oldest one arrived, and runs each batch on a single model worker thread."""
+    oldest one arrived, and runs each batch on a single model worker thread: judge items through
+    `score_batch`, comparison items through `compare_batch`."""
 
     def __init__(
         self,
@@ -63,8 +66,9 @@ class DynamicBatcher:
         batch_timeout: float,
         max_queue_size: int,
         on_batch: BatchObserver,
+        compare_batch: ScoreBatch,
     ):
-        self._score_batch = score_batch
+        self._runs = {JudgeItem: score_batch, ComparisonItem: compare_batch}
         self._max_batch_size = max_batch_size
         self._batch_timeout = batch_timeout
         self._max_queue_size = max_queue_size
@@ -93,7 +97,7 @@ class DynamicBatcher:
                 pending.future.set_exception(BatcherStopped("the judge server is shutting down"))
         self._worker.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+    async def submit(self, items: Sequence[Work]) -> list[Verdict]:
         """The verdicts of `items`, in order; they may be judged in different batches."""
         if self._task is None or self._task.done():
             raise BatcherStopped("the judge server is not running")
@@ -121,16 +125,16 @@ class DynamicBatcher:
             if not batch:
                 continue
             started = time.monotonic()
-            verdicts = await loop.run_in_executor(
-                self._worker, score_isolating_failures, self._score_batch, [p.item for p in batch]
-            )
+            run = self._runs[type(batch[0].item)]
+            verdicts = await loop.run_in_executor(self._worker, score_isolating_failures, run, [p.item for p in batch])
             self._on_batch(len(batch), time.monotonic() - started)
             for pending, verdict in zip(batch, verdicts, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(verdict)
 
     async def _next_batch(self) -> list[_Pending]:
-        """Up to max_batch_size live judgements, once the batch is full or its oldest waited batch_timeout."""
+        """Up to max_batch_size live judgements of the oldest one's kind, once the batch is full or its oldest
+        waited batch_timeout; work of the other kind keeps its place in the queue."""
         while not self._waiting:
             self._arrived.clear()
             await self._arrived.wait()
@@ -141,9 +145,12 @@ class DynamicBatcher:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 break
-        batch = []
+        kind = type(self._waiting[0].item)
+        batch, others = [], collections.deque()
         while self._waiting and len(batch) < self._max_batch_size:
             pending = self._waiting.popleft()
-            if not pending.future.done():
-                batch.append(pending)
+            if pending.future.done():
+                continue
+            (batch if type(pending.item) is kind else others).append(pending)
+        self._waiting.extendleft(reversed(others))
         return batch

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from .judges import Verdict
 
-ROUTES = ("/judge", "/batch_judge", "/health", "/metrics")
+ROUTES = ("/judge", "/batch_judge", "/compare", "/batch_compare", "/health", "/metrics")
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -34,8 +34,17 @@ class ServerMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._comparisons = Counter(
+            "judge_comparisons",
+            "comparisons (/compare) answered, by outcome (ok: a score; error: no score)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self._batch_size = Histogram(
-            "judge_batch_size", "judgements per model call", buckets=BATCH_SIZE_BUCKETS, registry=self.registry
+            "judge_batch_size",
+            "judgements or comparisons per model call",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
         )
         self._batch_seconds = Histogram(
             "judge_batch_seconds",
@@ -59,9 +68,10 @@ class ServerMetrics:
         self._batch_size.observe(size)
         self._batch_seconds.observe(seconds)
 
-    def count_verdicts(self, verdicts: Iterable[Verdict]) -> None:
+    def count_verdicts(self, verdicts: Iterable[Verdict], comparisons: bool = False) -> None:
+        counter = self._comparisons if comparisons else self._judgements
         for verdict in verdicts:
-            self._judgements.labels("error" if verdict.error else "ok").inc()
+            counter.labels("error" if verdict.error else "ok").inc()
 
     @property
     def batches_run(self) -> int:

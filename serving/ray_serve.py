@@ -2,10 +2,11 @@
 
     python -m serving.ray_serve --model PATH --replicas 2 --port 8888
 
-Each replica loads the judge, batches with Ray Serve's `@serve.batch` (max_batch_size, batch_timeout)
-and serves the same HTTP API as `python -m serving`; the proxy spreads requests over the replicas, and
-Ray Serve's own queue limit (`max_queued_requests`) answers 503 past --max-queue-size waiting requests.
-/health and /metrics describe the replica that answers them.
+Each replica loads the judge, batches with Ray Serve's `@serve.batch` (max_batch_size, batch_timeout; one
+batcher for judgements, one for comparisons, taking turns on the model) and serves the same HTTP API as
+`python -m serving`; the proxy spreads requests over the replicas, and Ray Serve's own queue limit
+(`max_queued_requests`) answers 503 past --max-queue-size waiting requests. /health and /metrics
+describe the replica that answers them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from judge_rewards.settings import option, parse_configs, require
 from .app import build_app
 from .batching import score_isolating_failures
 from .config import HttpConfig, JudgeConfig, ServingConfig
-from .judges import JudgeItem, Verdict, load_judge
+from .judges import ComparisonItem, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -63,30 +64,48 @@ class JudgeReplica:
     def __init__(self, judge_config: JudgeConfig, serving_config: ServingConfig):
         self._judge = load_judge(judge_config)
         self.identity = self._judge.identity
+        self.can_compare = self._judge.can_compare
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._serving_config = serving_config
         self._metrics = ServerMetrics()
         self._unanswered = 0
+        self._model_turn = asyncio.Lock()
         self._metrics.watch_queue_depth(lambda: self._unanswered)
-        self._judge_batch.set_max_batch_size(serving_config.max_batch_size)
-        self._judge_batch.set_batch_wait_timeout_s(serving_config.batch_timeout)
+        for batched in (self._judge_batch, self._compare_batch):
+            batched.set_max_batch_size(serving_config.max_batch_size)
+            batched.set_batch_wait_timeout_s(serving_config.batch_timeout)
 
     @property
     def queue_depth(self) -> int:
         return self._unanswered
 
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        return await self._each(self._judge_batch, items)
+
+    async def compare(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
+        return await self._each(self._compare_batch, items)
+
+    async def _each(self, batched, items: Sequence) -> list[Verdict]:
         self._unanswered += len(items)
         try:
-            return list(await asyncio.gather(*(self._judge_batch(item) for item in items)))
+            return list(await asyncio.gather(*(batched(item) for item in items)))
         finally:
             self._unanswered -= len(items)
 
     @serve.batch
     async def _judge_batch(self, items: list[JudgeItem]) -> list[Verdict]:
+        return await self._run(self._judge.score_batch, items)
+
+    @serve.batch
+    async def _compare_batch(self, items: list[ComparisonItem]) -> list[Verdict]:
+        return await self._run(self._judge.compare_batch, items)
+
+    async def _run(self, score_batch, items: list) -> list[Verdict]:
         started = time.monotonic()
-        # The model runs off the replica's event loop; @serve.batch runs one batch at a time.
-        verdicts = await asyncio.to_thread(score_isolating_failures, self._judge.score_batch, items)
+        # The model runs off the replica's event loop, on one thread at a time: judgements and comparisons
+        # form separate @serve.batch batches, which must not run the model at once.
+        async with self._model_turn:
+            verdicts = await asyncio.to_thread(score_isolating_failures, score_batch, items)
         self._metrics.observe_batch(len(items), time.monotonic() - started)
         return verdicts
 

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from judge_rewards.protocol.judge_api import answer_text, scalar_text
 
-from .judges import JudgeItem, Verdict
+from .judges import ComparisonItem, JudgeItem, Verdict
 
 REQUEST_ID_MAX_CHARS = 256
 
@@ -47,10 +47,30 @@ class ChatMessage(BaseModel):
     content: Text
 
 
-class JudgeRequest(BaseModel):
-    prompt: Text | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
-        description="the user prompt, or the conversation before the completion as chat messages"
+Prompt = Text | Annotated[list[ChatMessage], Field(min_length=1)]
+
+
+def _request_id_field():
+    return Field(
+        None,
+        max_length=REQUEST_ID_MAX_CHARS,
+        description='echoed in the response (a number as its text: 7 as "7"); the server generates one when absent',
     )
+
+
+def _named_prompt(prompt: str | list[ChatMessage]) -> dict[str, str]:
+    """The prompt's texts, named for error messages."""
+    if isinstance(prompt, str):
+        return {"prompt": prompt}
+    return {f"prompt[{i}].content": m.content for i, m in enumerate(prompt)}
+
+
+def _prompt_value(prompt: str | list[ChatMessage]):
+    return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
+
+
+class JudgeRequest(BaseModel):
+    prompt: Prompt = Field(description="the user prompt, or the conversation before the completion as chat messages")
     completion: Text = Field(description="the response to judge")
     answer: AnswerText = Field(
         None,
@@ -62,47 +82,78 @@ class JudgeRequest(BaseModel):
         description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
         "inferred from the answer when absent",
     )
-    request_id: RequestIdText = Field(
-        None,
-        max_length=REQUEST_ID_MAX_CHARS,
-        description='echoed in the response (a number as its text: 7 as "7"); the server generates one when absent',
-    )
+    request_id: RequestIdText = _request_id_field()
 
     def texts(self) -> dict[str, str]:
         """Every free text of the request, named for error messages."""
-        named = {"completion": self.completion, "answer": self.answer or ""}
-        if isinstance(self.prompt, str):
-            named["prompt"] = self.prompt
-        else:
-            named.update({f"prompt[{i}].content": m.content for i, m in enumerate(self.prompt)})
-        return named
+        return {"completion": self.completion, "answer": self.answer or "", **_named_prompt(self.prompt)}
 
     def item(self) -> JudgeItem:
-        prompt = self.prompt if isinstance(self.prompt, str) else [m.model_dump() for m in self.prompt]
-        return JudgeItem(prompt=prompt, completion=self.completion, answer=self.answer, answer_type=self.answer_type)
+        return JudgeItem(
+            prompt=_prompt_value(self.prompt),
+            completion=self.completion,
+            answer=self.answer,
+            answer_type=self.answer_type,
+        )
 
 
-class JudgeResponse(BaseModel):
-    score: float | None = Field(description="in [0, 1]; null when this judgement failed (see `error`)")
+class CompareRequest(BaseModel):
+    prompt: Prompt = Field(description="the user prompt, or the conversation before the responses as chat messages")
+    response_a: Text = Field(description="the first response to the prompt")
+    response_b: Text = Field(description="the second response to the prompt")
+    request_id: RequestIdText = _request_id_field()
+
+    def texts(self) -> dict[str, str]:
+        """Every free text of the request, named for error messages."""
+        return {"response_a": self.response_a, "response_b": self.response_b, **_named_prompt(self.prompt)}
+
+    def item(self) -> ComparisonItem:
+        return ComparisonItem(prompt=_prompt_value(self.prompt), response_a=self.response_a, response_b=self.response_b)
+
+
+class VerdictResponse(BaseModel):
+    """What /judge and /compare answer for one request."""
+
+    score: float | None
     request_id: str
     explanation: str = ""
     metadata: dict[str, Any] = Field(
-        description="latency (seconds, queue + model), batch_size, judge, model_id, "
-        "and judge-specific values such as raw_reward"
+        description="latency (seconds, queue + model), batch_size, judge, model_id, and judge-specific values"
     )
-    detailed_scores: dict[str, float] | None = Field(None, description="per-aspect scores, for judges that give them")
-    error: str | None = Field(None, description="why this judgement has no score; null on success")
+    error: str | None = Field(None, description="why this request has no score; null on success")
 
     @classmethod
-    def of(cls, verdict: Verdict, request_id: str, metadata: dict[str, Any]) -> JudgeResponse:
+    def of(cls, verdict: Verdict, request_id: str, metadata: dict[str, Any]):
+        fields = {"detailed_scores": verdict.detailed_scores} if "detailed_scores" in cls.model_fields else {}
         return cls(
             score=verdict.score,
             request_id=request_id,
             explanation=verdict.explanation,
             metadata={**metadata, **verdict.metadata},
-            detailed_scores=verdict.detailed_scores,
             error=verdict.error,
+            **fields,
         )
+
+
+class JudgeResponse(VerdictResponse):
+    score: float | None = Field(description="in [0, 1]; null when this judgement failed (see `error`)")
+    metadata: dict[str, Any] = Field(
+        description="latency (seconds, queue + model), batch_size, judge, model_id, and judge-specific values: "
+        "raw_reward (scalar judge), attribute_predictions and attribute_weights (multi-attribute judge)"
+    )
+    detailed_scores: dict[str, float] | None = Field(
+        None, description="per-attribute scores in [0, 1], for judges that give them (multi-attribute scalar judge)"
+    )
+
+
+class CompareResponse(VerdictResponse):
+    score: float | None = Field(
+        description="the probability that response_a is better, in [0, 1]; null when the comparison failed"
+    )
+    metadata: dict[str, Any] = Field(
+        description="latency (seconds, queue + model), batch_size, judge, model_id, and judge-specific values: "
+        "raw_reward_a and raw_reward_b (scalar judge)"
+    )
 
 
 class BatchJudgeRequest(BaseModel):
@@ -111,6 +162,14 @@ class BatchJudgeRequest(BaseModel):
 
 class BatchJudgeResponse(BaseModel):
     responses: list[JudgeResponse] = Field(description="one per request, in request order, each with its request_id")
+
+
+class BatchCompareRequest(BaseModel):
+    requests: list[CompareRequest] = Field(min_length=1, description="compared together; answered in this order")
+
+
+class BatchCompareResponse(BaseModel):
+    responses: list[CompareResponse] = Field(description="one per request, in request order, each with its request_id")
 
 
 class HealthResponse(BaseModel):

@@ -16,7 +16,7 @@ from judge_rewards.settings import parse_configs
 from .app import build_app
 from .batching import DynamicBatcher
 from .config import HttpConfig, JudgeConfig, ServingConfig
-from .judges import BackendUnavailable, Judge, JudgeItem, Verdict, load_judge
+from .judges import BackendUnavailable, ComparisonItem, Judge, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ class LocalJudgeService:
 
     def __init__(self, judge: Judge, config: ServingConfig, metrics: ServerMetrics):
         self.identity = judge.identity
+        self.can_compare = judge.can_compare
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self._batcher = DynamicBatcher(
             judge.score_batch,
@@ -34,6 +35,7 @@ class LocalJudgeService:
             config.batch_timeout,
             config.max_queue_size,
             on_batch=metrics.observe_batch,
+            compare_batch=judge.compare_batch,
         )
         metrics.watch_queue_depth(lambda: self._batcher.queue_depth)
 
@@ -42,6 +44,9 @@ class LocalJudgeService:
         return self._batcher.queue_depth
 
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        return await self._batcher.submit(items)
+
+    async def compare(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
         return await self._batcher.submit(items)
 
     @contextlib.asynccontextmanager

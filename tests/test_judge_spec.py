@@ -2,7 +2,12 @@ import json
 
 import pytest
 
-from judge_rewards.protocol.judge_spec import JudgeSpec, kind_from_architectures, load_judge_spec
+from judge_rewards.protocol.judge_spec import (
+    JudgeSpec,
+    kind_from_architectures,
+    load_judge_spec,
+    parse_attribute_weights,
+)
 
 
 def test_scalar_probability_is_a_shifted_scaled_sigmoid():
@@ -43,3 +48,42 @@ def test_invalid_specs_name_the_file(tmp_path, content, message):
 def test_missing_directory_contents(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a model directory"):
         load_judge_spec(tmp_path)
+
+
+ATTRIBUTES = ["helpfulness", "verbosity"]
+
+
+def test_an_attribute_judge_round_trips(tmp_path):
+    spec = JudgeSpec(kind="scalar", attributes=ATTRIBUTES, attribute_weights={"helpfulness": 1, "verbosity": -0.5})
+    spec.save(tmp_path)
+    assert load_judge_spec(tmp_path) == spec
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"attributes": ATTRIBUTES, "attribute_weights": {"kindness": 1}}, "names 'kindness', which is not one of"),
+        ({"attributes": ATTRIBUTES, "attribute_weights": {"helpfulness": "1"}}, r"\['helpfulness'\] must be a finite"),
+        ({"attributes": ATTRIBUTES, "attribute_weights": {"helpfulness": float("nan")}}, "must be a finite number"),
+        ({"attributes": ATTRIBUTES, "attribute_weights": {"helpfulness": 0}}, "at least one attribute a non-zero"),
+        ({"attributes": ATTRIBUTES, "attribute_weights": {}}, "at least one attribute a non-zero"),
+        ({"attributes": ["a", "a"], "attribute_weights": {"a": 1}}, "attributes must be unique"),
+        ({"attributes": "helpfulness", "attribute_weights": {}}, "attributes must be a list of names"),
+        ({"attribute_weights": {"helpfulness": 1}}, "attribute_weights without attributes"),
+        (
+            {"kind": "generative", "attributes": ATTRIBUTES},
+            "attributes are for scalar judges; this judge is generative",
+        ),
+    ],
+)
+def test_invalid_attributes_name_the_file_and_the_field(tmp_path, fields, message):
+    (tmp_path / "judge.json").write_text(json.dumps({"kind": "scalar", **fields}))
+    with pytest.raises(ValueError, match=f"judge.json: invalid judge spec: .*{message}"):
+        load_judge_spec(tmp_path)
+
+
+def test_attribute_weights_parse_from_the_flag_syntax():
+    assert parse_attribute_weights(" helpfulness = 0.5 ,verbosity=-1", ATTRIBUTES) == {
+        "helpfulness": 0.5,
+        "verbosity": -1.0,
+    }

@@ -139,7 +139,10 @@ def test_pointwise_runs_on_a_local_ray_exports_and_serves(warm_judge, tmp_path, 
     export = assert_checkpoint_and_export(save_dir, "pointwise")
 
     question = {"prompt": "What is 2 + 2?", "completion": "It is 4."}
-    server_args = ["--model", str(export), "--max-new-tokens", str(SERVED_NEW_TOKENS), "--temperature", "0"]
+    server_args = [
+        *("--model", str(export), "--max-new-tokens", str(SERVED_NEW_TOKENS), "--temperature", "0"),
+        *("--score-mode", "sample"),  # the served score is then the greedy answer's own, as computed below
+    ]
     with start_server(server_args, log_path=tmp_path / "server.log") as server:
         health = httpx.get(f"{server.url}/health").json()
         assert (health["judge_kind"], health["model_loaded"]) == ("generative", True)

@@ -1,6 +1,8 @@
-"""The real judge server with tiny generative judges. A random-init model answers gibberish, so each of its
-judgements must come back as an error (score null), never as a score. A scripted model gives every item an
-answer of its own (a score, or an unparsable answer), so a verdict that reaches another item's request fails."""
+"""Generative pointwise judges on tiny real models. In the real judge server: a random-init model answers
+gibberish, so each of its judgements must come back as an error (score null), never as a score; a scripted model
+gives every item an answer of its own (a score, or an unparsable answer), so a verdict that reaches another
+item's request fails. In process: expected scores from a model scripted to a known probability split at the
+score's step, and the answers whose probabilities cannot be read exactly."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import random
 import httpx
 import pytest
 
+from judge_rewards.protocol import templates
+from serving.config import JudgeConfig
+from serving.judges import JudgeItem, load_judge
 from tests.support.models import save_successor_judge
 from tests.support.servers import start_server
 from tests.test_serving_scalar import WORDS, assert_clean_shutdown, metric_value, post_concurrently
@@ -86,7 +91,11 @@ def scripted_server(tiny_model_dir, tmp_path_factory):
     model_dir = build_scripted_generative_judge(tiny_model_dir, tmp_path_factory.mktemp("scripted_judge"))
     running = start_server(
         # The long batch timeout lets concurrent requests meet in batches of 4 (a batch of 1 cannot cross verdicts).
-        ["--model", str(model_dir), "--max-batch-size", "4", "--batch-timeout", "2", "--temperature", "0"],
+        # Sample mode: each scripted answer is one token, so the score's probabilities could not be read.
+        [
+            *("--model", str(model_dir), "--max-batch-size", "4", "--batch-timeout", "2", "--temperature", "0"),
+            *("--score-mode", "sample"),
+        ],
         log_path=tmp_path_factory.mktemp("scripted_server") / "server.log",
     )
     yield running
@@ -144,3 +153,130 @@ def test_concurrent_generations_keep_their_request_ids(scripted_server):
         assert_answers_its_own_item(body, item, request)
     assert max(body["metadata"]["batch_size"] for body in bodies) > 1
     assert httpx.get(f"{scripted_server.url}/health").json()["queue_depth"] == 0
+
+
+# ---- expected scores ------------------------------------------------------------------------------------
+
+EOS = "<|im_end|>"  # the tiny tokenizer's end of turn
+
+# What the script judge answers after the marker that ends the response to rate (see build_script_judge):
+# marker -> answer pieces, each piece -> the next one, or a distribution of the next one.
+POINTWISE_SCRIPT = {
+    "<split>": "<think>split</think><score>",
+    # 0.2 goes to "5", no score: renormalized over 0..4, 3 has 0.7 and 4 0.3.
+    "<think>split</think><score>": {"3": 0.56, "4": 0.24, "5": 0.2},
+    "<sure>": "<think>sure</think><score>",
+    "<think>sure</think><score>": "1",
+    # The reasoning quotes a score: the value read is the one after </think>.
+    "<late>": "<think><score>1</score></think><score>",
+    "<think><score>1</score></think><score>": {"4": 0.6, "2": 0.4},
+    # " 3" is one token: the value starts inside it.
+    "<spaced>": "<think>spaced</think><score>",
+    "<think>spaced</think><score>": " 3",
+    " 3": "</score>",
+    # "3</score>" is one token: it starts at the value, but is not the token of "3".
+    "<glued>": "<think>glued</think><score>",
+    "<think>glued</think><score>": "3</score>",
+    "3</score>": EOS,
+    "<bad>": "<think>bad</think><score>",
+    "<think>bad</think><score>": "7",
+    **dict.fromkeys(["1", "2", "3", "4", "7"], "</score>"),
+    "</score>": EOS,
+}
+SPLIT_SCORE = (0.7 * 3 + 0.3 * 4) / 4
+LATE_SCORE = (0.6 * 4 + 0.4 * 2) / 4
+
+
+def build_script_judge(tiny_model_dir, out_dir, script: dict, section: str, prompt_format: str = "pointwise"):
+    """A real Llama causal LM (save_successor_judge) that answers a judge prompt by `script`, starting from the
+    marker that ends `section` of the prompt (its chat template keeps only that section). Every piece of the
+    script that is not one token of the tiny tokenizer is added to it as a token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = "{{ messages[0]['content'].split('## " + section + "\\n')[1].split('\\n\\n')[0] }}"
+    pieces = {*script, *(p for nxt in script.values() for p in (nxt if isinstance(nxt, dict) else [nxt]))}
+    tokenizer.add_tokens(sorted(p for p in pieces if len(tokenizer.encode(p, add_special_tokens=False)) != 1))
+
+    def token(piece: str) -> int:
+        (token_id,) = tokenizer.encode(piece, add_special_tokens=False)
+        return token_id
+
+    successors = {
+        token(piece): {token(p): q for p, q in nxt.items()} if isinstance(nxt, dict) else token(nxt)
+        for piece, nxt in script.items()
+    }
+    return save_successor_judge(tokenizer, successors, out_dir, prompt_format=prompt_format)
+
+
+@pytest.fixture(scope="module")
+def pointwise_script_judge_dir(tiny_model_dir, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("pointwise_script_judge")
+    return build_script_judge(tiny_model_dir, out_dir, POINTWISE_SCRIPT, "Response to rate")
+
+
+def judge_markers(model_dir, score_mode: str, markers: list[str]) -> dict:
+    judge = load_judge(JudgeConfig(model=str(model_dir), score_mode=score_mode, max_new_tokens=8))
+    verdicts = judge.score_batch([JudgeItem("How good is this?", f"A response {m}") for m in markers])
+    return dict(zip(markers, verdicts, strict=True))
+
+
+def test_the_expected_score_weighs_each_score_by_the_judges_probability(pointwise_script_judge_dir):
+    verdicts = judge_markers(pointwise_script_judge_dir, "expected", ["<split>", "<sure>", "<late>"])
+    split = verdicts["<split>"]
+    assert split.error is None and split.score == pytest.approx(SPLIT_SCORE, abs=1e-6)
+    probabilities = split.metadata["score_probabilities"]
+    assert list(probabilities) == ["0", "1", "2", "3", "4"]
+    assert [probabilities[v] for v in "01234"] == pytest.approx([0, 0, 0, 0.7, 0.3], abs=1e-6)
+    assert split.metadata["confidence"] == pytest.approx(0.7, abs=1e-6)
+    assert split.metadata["score_mass"] == pytest.approx(0.8, abs=1e-6)
+    assert (split.metadata["judge_score"], split.metadata["score_mode"], split.explanation) == (3, "expected", "split")
+    assert verdicts["<sure>"].score == pytest.approx(0.25, abs=1e-6)
+    assert verdicts["<sure>"].metadata["confidence"] == pytest.approx(1.0, abs=1e-6)
+    late = verdicts["<late>"]
+    assert (late.error, late.metadata["judge_score"]) == (None, 4)
+    assert late.score == pytest.approx(LATE_SCORE, abs=1e-6)
+
+
+def test_sample_mode_scores_the_generated_value_as_before(pointwise_script_judge_dir):
+    markers = ["<split>", "<late>", "<spaced>", "<glued>"]
+    verdicts = judge_markers(pointwise_script_judge_dir, "sample", markers)
+    assert [verdicts[m].score for m in markers] == [0.75, 1.0, 0.75, 0.75]
+    split = verdicts["<split>"]
+    assert split.metadata == {"judge_score": 3, "generated_tokens": 3, "score_mode": "sample"}
+
+
+@pytest.mark.parametrize("score_mode", ["expected", "sample"])
+def test_an_answer_that_does_not_parse_is_an_error_in_both_modes(pointwise_script_judge_dir, score_mode):
+    verdict = judge_markers(pointwise_script_judge_dir, score_mode, ["<bad>"])["<bad>"]
+    assert (verdict.score, verdict.error) == (None, "unparsable judge answer: score 7 outside 0..4")
+    assert verdict.metadata["judge_output"] == "<think>bad</think><score>7</score>"
+
+
+def test_a_value_not_written_as_its_own_token_is_an_error_in_expected_mode(pointwise_script_judge_dir):
+    verdicts = judge_markers(pointwise_script_judge_dir, "expected", ["<spaced>", "<glued>"])
+    spaced, glued = verdicts["<spaced>"], verdicts["<glued>"]
+    assert spaced.score is None and glued.score is None
+    assert spaced.error == (
+        "cannot read the judge's probabilities of its answer: "
+        "the <score> value '3' does not start at a generated token's boundary"
+    )
+    assert glued.error == (
+        "cannot read the judge's probabilities of its answer: "
+        "the generated token '3</score>' that starts the <score> value is not just '3'"
+    )
+    assert glued.metadata["judge_output"] == "<think>glued</think><score>3</score>"
+
+
+def test_a_tokenizer_that_splits_a_score_value_is_refused_at_load_time(tiny_model_dir, tmp_path):
+    script = {"<m>": "<think>x</think><score>", "<think>x</think><score>": "<score>3"}
+    model_dir = build_script_judge(tiny_model_dir, tmp_path, script, "Response to rate")
+    with pytest.raises(ValueError, match="does not write the answer value '3' as one token after <score>"):
+        load_judge(JudgeConfig(model=str(model_dir)))
+    assert load_judge(JudgeConfig(model=str(model_dir), score_mode="sample")).identity.kind == "generative"
+
+
+def test_the_value_offset_is_that_of_the_answer_after_the_reasoning():
+    text = "<think>I would say <score>1</score></think> <score> 3</score>"
+    assert templates.parse_pointwise(text).value == 3
+    assert text[templates.answer_value_offset(text, templates.POINTWISE_TAG) :] == "3</score>"

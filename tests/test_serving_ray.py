@@ -4,6 +4,7 @@ cluster, the same HTTP API and auth, and nothing of the cluster left once the se
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shutil
 import tempfile
@@ -67,6 +68,13 @@ def test_replicas_serve_the_same_api(server, tiny_scalar_judge_dir):
     batch = httpx.post(f"{server.url}/batch_judge", json={"requests": requests[:4]}, headers=AUTH, timeout=60)
     batch = batch.json()["responses"]
     assert [r["request_id"] for r in batch] == [r["request_id"] for r in requests[:4]]
+
+    first, second = requests[:2]
+    comparison = {"prompt": first["prompt"], "response_a": first["completion"], "response_b": second["completion"]}
+    compared = httpx.post(f"{server.url}/batch_compare", json={"requests": [comparison]}, headers=AUTH, timeout=60)
+    reward_a = unbatched_rewards(tiny_scalar_judge_dir, [{**first, "request_id": "a"}])["a"]
+    reward_b = unbatched_rewards(tiny_scalar_judge_dir, [{**second, "prompt": first["prompt"], "request_id": "b"}])["b"]
+    assert compared.json()["responses"][0]["score"] == pytest.approx(1 / (1 + math.exp(reward_b - reward_a)), abs=1e-6)
 
 
 def test_every_replica_answers(server):

@@ -198,7 +198,73 @@ def test_a_batch_item_too_long_for_the_model_fails_alone(server):
     assert f"longer than --max-input-tokens {MAX_INPUT_TOKENS}" in responses[1]["error"]
 
 
+def sigmoid(z: float) -> float:
+    return 1 / (1 + math.exp(-z))
+
+
+def comparisons(count: int, seed: int) -> list[dict]:
+    """Comparison requests of varied lengths, each with its own id."""
+    judged = varied_requests(2 * count, seed)
+    return [
+        {"prompt": a["prompt"], "response_a": a["completion"], "response_b": b["completion"], "request_id": f"cmp-{i}"}
+        for i, (a, b) in enumerate(zip(judged[::2], judged[1::2], strict=True))
+    ]
+
+
+def test_compare_is_the_bradley_terry_probability_of_the_raw_rewards(server, tiny_scalar_judge_dir):
+    requests = comparisons(8, seed=5)
+    responses_alone = [
+        {"prompt": r["prompt"], "completion": r[side], "request_id": f"{r['request_id']}-{side}"}
+        for r in requests
+        for side in ("response_a", "response_b")
+    ]
+    rewards = unbatched_rewards(tiny_scalar_judge_dir, responses_alone)
+    ok_before = metric_value(server.url, "judge_comparisons_total", {"outcome": "ok"})
+    body = httpx.post(f"{server.url}/batch_compare", json={"requests": requests}, timeout=60).json()
+    for request, answer in zip(requests, body["responses"], strict=True):
+        reward_a, reward_b = (rewards[f"{request['request_id']}-{side}"] for side in ("response_a", "response_b"))
+        assert answer["request_id"] == request["request_id"] and answer["error"] is None
+        assert answer["score"] == pytest.approx(sigmoid(reward_a - reward_b), abs=1e-6)
+        assert (answer["metadata"]["raw_reward_a"], answer["metadata"]["raw_reward_b"]) == pytest.approx(
+            (reward_a, reward_b), abs=1e-6
+        )
+    assert metric_value(server.url, "judge_comparisons_total", {"outcome": "ok"}) - ok_before == 8
+    swapped = {**requests[0], "response_a": requests[0]["response_b"], "response_b": requests[0]["response_a"]}
+    single = httpx.post(f"{server.url}/compare", json=swapped, timeout=60).json()
+    assert single["score"] == pytest.approx(1 - body["responses"][0]["score"], abs=1e-6)
+    assert single["metadata"]["judge"] == "scalar" and single["explanation"].endswith("score = sigmoid(a - b)")
+
+
+def test_a_comparison_over_a_limit_fails_alone_naming_the_response(server):
+    requests = [
+        {"prompt": "Hi", "response_a": "Hello", "response_b": "x" * (MAX_TEXT_CHARS + 1), "request_id": "chars"},
+        {"prompt": "Hi", "response_a": " ".join(["word"] * 600), "response_b": "Hey", "request_id": "tokens"},
+        {"prompt": "Hi", "response_a": "Hello", "response_b": "Hey", "request_id": "fine"},
+    ]
+    chars, tokens, fine = httpx.post(f"{server.url}/batch_compare", json={"requests": requests}, timeout=60).json()[
+        "responses"
+    ]
+    assert chars["score"] is None and chars["error"].startswith(f"response_b has {MAX_TEXT_CHARS + 1} characters")
+    assert tokens["score"] is None and tokens["error"].startswith("response_a: judge input is")
+    assert fine["error"] is None and 0 < fine["score"] < 1
+
+
 BAD_REQUESTS = [
+    ("/compare", {"prompt": "p", "response_a": "a"}, 422, '"loc":["body","response_b"],"msg":"Field required"'),
+    ("/compare", {"prompt": "p", "response_a": 1, "response_b": "b"}, 422, '"loc":["body","response_a"]'),
+    ("/batch_compare", {"requests": []}, 422, "at least 1 item"),
+    (
+        "/batch_compare",
+        {"requests": [{"prompt": "p", "response_a": "a", "response_b": "b"}] * (MAX_BATCH_REQUESTS + 1)},
+        413,
+        f"the limit is {MAX_BATCH_REQUESTS} (--max-batch-requests)",
+    ),
+    (
+        "/batch_compare",
+        {"requests": [{"prompt": "p", "response_a": "a", "response_b": "b", "request_id": 1}] * 2},
+        422,
+        "requests[1].request_id '1' repeats an earlier one",
+    ),
     ("/judge", {"prompt": "p"}, 422, "Field required"),
     ("/judge", {"prompt": 3, "completion": "c"}, 422, "valid string"),
     ("/judge", {"prompt": "p", "completion": ["c"]}, 422, "valid string"),
@@ -257,8 +323,12 @@ def test_unknown_routes_and_methods(server):
 
 def test_openapi_schema_describes_the_api(server):
     schema = httpx.get(f"{server.url}/openapi.json").json()
-    assert {"/judge", "/batch_judge", "/health", "/metrics"} <= set(schema["paths"])
+    assert {"/judge", "/batch_judge", "/compare", "/batch_compare", "/health", "/metrics"} <= set(schema["paths"])
     assert set(schema["components"]["schemas"]["JudgeRequest"]["required"]) == {"prompt", "completion"}
+    assert set(schema["components"]["schemas"]["CompareRequest"]["required"]) == {"prompt", "response_a", "response_b"}
+    assert "probability that response_a is better" in schema["paths"]["/compare"]["post"]["summary"]
+    compare_score = schema["components"]["schemas"]["CompareResponse"]["properties"]["score"]
+    assert compare_score["description"].startswith("the probability that response_a is better")
 
 
 def test_metrics_count_requests_errors_and_latency(server):

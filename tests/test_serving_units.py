@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from judge_rewards.protocol.judge_spec import JudgeSpec
 from serving.batching import DynamicBatcher, QueueFull, score_isolating_failures
 from serving.config import JudgeConfig, ServingConfig
-from serving.judges import BackendUnavailable, JudgeItem, Verdict, load_judge
+from serving.judges import BackendUnavailable, ComparisonItem, JudgeItem, Verdict, load_judge
 from serving.judges.base import length_groups
 from serving.server import parse_arguments
 from tests.support.models import save_successor_judge
@@ -108,9 +107,14 @@ def _score_by_length(calls):
     return score_batch
 
 
+def _cannot_compare(items):
+    raise AssertionError(f"no comparison was submitted, yet {len(items)} were run")
+
+
 def _run_batcher(score_batch, requests, **options):
     async def main():
         observed = []
+        options.setdefault("compare_batch", _cannot_compare)
         batcher = DynamicBatcher(score_batch, on_batch=lambda size, seconds: observed.append(size), **options)
         batcher.start()
         try:
@@ -129,6 +133,25 @@ def test_batcher_collects_concurrent_requests_into_batches_and_answers_each_its_
     )
     assert calls == [4, 4, 2] and observed == calls
     assert [verdicts[0].score for verdicts in answers] == [n / 100 for n in range(1, 11)]
+
+
+def test_judgements_and_comparisons_queue_together_but_never_share_a_batch():
+    calls = []
+
+    def compare_batch(items):
+        calls.append(("compare", len(items)))
+        return [Verdict(score=len(item.response_a) / (len(item.response_a) + len(item.response_b))) for item in items]
+
+    def score_batch(items):
+        calls.append(("judge", len(items)))
+        return [Verdict(score=len(item.completion) / 100) for item in items]
+
+    requests = [[JudgeItem("p", "x" * n)] if n % 2 else [ComparisonItem("p", "a" * n, "b")] for n in range(1, 9)]
+    answers, _ = _run_batcher(
+        score_batch, requests, max_batch_size=3, batch_timeout=0.5, max_queue_size=100, compare_batch=compare_batch
+    )
+    assert calls == [("judge", 3), ("compare", 3), ("judge", 1), ("compare", 1)]
+    assert [verdicts[0].score for verdicts in answers] == [n / 100 if n % 2 else n / (n + 1) for n in range(1, 9)]
 
 
 def test_a_failing_item_fails_alone():
@@ -154,7 +177,7 @@ def test_generative_judge_scores_a_parsable_answer(rigged_judge_dir):
     assert judge.identity.kind == "generative"
     items = [JudgeItem("What is 2+2?", "4"), JudgeItem([{"role": "user", "content": "Hi " * 40}], "Hello!" * 30)]
     verdicts = judge.score_batch(items)
-    assert [v.score for v in verdicts] == [0.75, 0.75]
+    assert [v.score for v in verdicts] == pytest.approx([0.75, 0.75])  # the rigged "3" takes all the probability
     assert [v.explanation for v in verdicts] == ["ok", "ok"]
     assert verdicts[0].metadata["judge_score"] == 3 and verdicts[0].error is None
 
@@ -177,13 +200,6 @@ def test_vllm_backend_serves_generative_judges_only(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"]}')
     with pytest.raises(ValueError, match="--backend vllm serves generative judges"):
         load_judge(JudgeConfig(model=str(tmp_path), backend="vllm"))
-
-
-def test_a_pairwise_generative_judge_is_refused_with_the_reason(tiny_model_dir, tmp_path):
-    (tmp_path / "config.json").write_text((tiny_model_dir / "config.json").read_text())
-    JudgeSpec(kind="generative", prompt_format="pairwise").save(tmp_path)
-    with pytest.raises(ValueError, match="pairwise judge .* needs a pointwise or scalar judge"):
-        load_judge(JudgeConfig(model=str(tmp_path)))
 
 
 # ---- documentation -------------------------------------------------------------------------------------

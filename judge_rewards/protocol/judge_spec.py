@@ -7,11 +7,13 @@ it to know how to prompt the model and how to map its output to a score in [0, 1
   to sigmoid((r - reward_center) / reward_scale). With center and scale taken from the rewards of the
   validation responses at export time, 0.5 means "a typical response", and the BT meaning of a reward
   difference (log-odds of preference) survives up to the scale.
+  A multi-attribute scalar judge (`attributes` set) has one label per attribute, each predicting the
+  attribute on the 0..ATTRIBUTE_MAX scale; its score is their combination by `attribute_weights`.
 - generative: a causal LM prompted with the template of `judge_rewards.protocol.templates` it was trained on
   (`prompt_format`). A pointwise judge's <score>N</score> is mapped to N / 4; an unparsable answer is an
-  error, never a score. A pairwise judge compares two answers (<better>A|B</better>) and so cannot score
-  the single completion of a /judge request: the server refuses to serve it rather than prompt it with a
-  template it never saw.
+  error, never a score. A pairwise judge compares two answers (<better>A|B</better>): the server asks it about
+  a /judge request's completion against the request's reference `answer`, in both orders, and answers
+  /compare with it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ JUDGE_KINDS = ("scalar", "generative")
 PROMPT_FORMATS = ("pointwise", "pairwise")
 # A multi-attribute scalar judge predicts each attribute on HelpSteer2's rating scale, 0..ATTRIBUTE_MAX.
 ATTRIBUTE_MAX = 4.0
-# TO VERIFY (helper H2): the HelpSteer2 paper's (arXiv 2406.08673) weights of the five attributes for one score.
+# The weights NVIDIA recommends for reading Nemotron-4-340B-Reward (trained on HelpSteer2, arXiv 2406.08673)
+# as one scalar reward: its model card (huggingface.co/nvidia/Nemotron-4-340B-Reward, "Model Overview") gives
+# [0, 0, 0, 0, 0.3, 0.74, 0.46, 0.47, -0.33] for its nine outputs, whose last five are these attributes in this
+# order (the first four are not trained). Weights are tuned per model, not a property of the data: an earlier
+# card of nvidia/Llama3-70B-SteerLM-RM recommended helpfulness 0.65, correctness 0.8, coherence 0.45, the rest 0.
+# The paper's own text could not be read here to check it; these are the model card's numbers.
 HELPSTEER2_ATTRIBUTE_WEIGHTS = {
     "helpfulness": 0.3,
     "correctness": 0.74,
@@ -34,6 +41,39 @@ HELPSTEER2_ATTRIBUTE_WEIGHTS = {
     "complexity": 0.47,
     "verbosity": -0.33,
 }
+
+
+def sigmoid(z: float) -> float:
+    """1 / (1 + e^-z), without overflow for large |z|."""
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def check_attribute_weights(weights: dict[str, float], attributes: list[str]) -> None:
+    """Refuses weights that name no attribute, are not finite numbers, or are all zero."""
+    for name, weight in weights.items():
+        if name not in attributes:
+            raise ValueError(f"attribute_weights names {name!r}, which is not one of the attributes {attributes}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ValueError(f"attribute_weights[{name!r}] must be a finite number, got {weight!r}")
+    if not any(weights.values()):
+        raise ValueError(f"attribute_weights must give at least one attribute a non-zero weight, got {weights}")
+
+
+def parse_attribute_weights(text: str, attributes: list[str]) -> dict[str, float]:
+    """Weights written as `name=value,name=value` (the --attribute-weights flag), checked against `attributes`."""
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, equals, value = (piece.strip() for piece in part.partition("="))
+        if not equals or not name:
+            raise ValueError(f"attribute weight {part.strip()!r} is not name=value")
+        if name in weights:
+            raise ValueError(f"attribute weight {name!r} is given twice")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise ValueError(f"attribute weight {part.strip()!r}: {value!r} is not a number") from None
+    check_attribute_weights(weights, attributes)
+    return weights
 
 
 @dataclass
@@ -53,11 +93,26 @@ class JudgeSpec:
             raise ValueError(f"prompt_format {self.prompt_format!r} is not one of {PROMPT_FORMATS}")
         if not self.reward_scale > 0:
             raise ValueError(f"reward_scale must be positive, got {self.reward_scale}")
+        self._check_attributes()
+
+    def _check_attributes(self) -> None:
+        if not isinstance(self.attributes, list) or not isinstance(self.attribute_weights, dict):
+            raise ValueError("attributes must be a list of names and attribute_weights an object of name: weight")
+        if not self.attributes:
+            if self.attribute_weights:
+                raise ValueError("attribute_weights without attributes")
+            return
+        if self.kind != "scalar":
+            raise ValueError(f"attributes are for scalar judges; this judge is {self.kind}")
+        if not all(isinstance(name, str) and name for name in self.attributes):
+            raise ValueError(f"attributes must be non-empty names, got {self.attributes}")
+        if len(set(self.attributes)) != len(self.attributes):
+            raise ValueError(f"attributes must be unique, got {self.attributes}")
+        check_attribute_weights(self.attribute_weights, self.attributes)
 
     def scalar_probability(self, raw_reward: float) -> float:
         """A scalar judge's raw reward mapped to [0, 1]."""
-        z = (raw_reward - self.reward_center) / self.reward_scale
-        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        return sigmoid((raw_reward - self.reward_center) / self.reward_scale)
 
     def save(self, model_dir: str | Path) -> Path:
         path = Path(model_dir) / SPEC_FILE

@@ -32,6 +32,9 @@ Conversation = str | Sequence[Message]
 MIN_SCORE = 0
 MAX_SCORE = 4
 PAIRWISE_CHOICES = ("A", "B")
+POINTWISE_TAG = "score"
+PAIRWISE_TAG = "better"
+POINTWISE_VALUES = tuple(str(score) for score in range(MIN_SCORE, MAX_SCORE + 1))  # the answer texts of the scores
 
 _ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 
@@ -195,12 +198,26 @@ def _better_value(content: str) -> tuple[str | None, str | None]:
 
 def parse_pointwise(text: str) -> Judgement:
     """Parse `<think>..</think><score>N</score>`; N must be one of the ASCII digits MIN_SCORE..MAX_SCORE."""
-    return _parse(text, "score", _score_value)
+    return _parse(text, POINTWISE_TAG, _score_value)
 
 
 def parse_pairwise(text: str) -> Judgement:
     """Parse `<think>..</think><better>A|B</better>`: the ASCII capital A or B."""
-    return _parse(text, "better", _better_value)
+    return _parse(text, PAIRWISE_TAG, _better_value)
+
+
+def answer_value_offset(text: str, tag: str) -> int:
+    """Where in `text`, an answer that parses (parse_pointwise / parse_pairwise), the value of its one <tag>
+    after the last </think> starts: the first character of the tag's content less its leading whitespace."""
+    reasoning_end = text.rfind(_THINK_CLOSE)
+    answer_start = 0 if reasoning_end < 0 else reasoning_end + len(_THINK_CLOSE)
+    opening = f"<{tag}>"
+    tag_start = text.find(opening, answer_start)
+    if tag_start < 0:
+        raise ValueError(f"no {opening} after the reasoning: parse the answer before locating its value")
+    content_start = tag_start + len(opening)
+    content = text[content_start:]
+    return content_start + len(content) - len(content.lstrip(_ASCII_WHITESPACE))
 
 
 def normalized_score(score: int) -> float:

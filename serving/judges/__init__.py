@@ -1,4 +1,5 @@
-"""The judges the server can host, behind one interface (`Judge.score_batch`), and how to load one."""
+"""The judges the server can host, behind one interface (`Judge.score_batch`, `Judge.compare_batch`), and how
+to load one."""
 
 from __future__ import annotations
 
@@ -39,11 +40,10 @@ def load_judge(config: JudgeConfig) -> Judge:
         from .scalar import ScalarJudge
 
         return ScalarJudge(config, spec if spec.kind == "scalar" else JudgeSpec(kind="scalar"))
-    if spec.prompt_format != "pointwise":
-        raise ValueError(
-            f"{config.model} is a {spec.prompt_format} judge (trained to pick the better of two "
-            "answers); /judge scores one completion, which needs a pointwise or scalar judge"
-        )
+    if spec.prompt_format == "pairwise":
+        from .pairwise import PairwiseJudge
+
+        return PairwiseJudge(config)
     from .generative import GenerativeJudge
 
     return GenerativeJudge(config)

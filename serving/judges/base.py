@@ -56,6 +56,11 @@ class Judge(abc.ABC):
         """One verdict per comparison, in order: its score is the probability that response_a is better."""
         raise ComparisonUnsupported(f"a {self.identity.kind} judge cannot compare two responses")
 
+    @property
+    def can_compare(self) -> bool:
+        """Whether this judge answers /compare: its class implements compare_batch."""
+        return type(self).compare_batch is not Judge.compare_batch
+
 
 def length_groups(
     lengths: Sequence[int], max_padding_fraction: float, max_group_size: int | None = None

@@ -1,10 +1,20 @@
-"""Generative pointwise judge: a causal LM answers the pointwise template of judge_rewards.protocol.templates with
-`<think>..</think><score>N</score>`; N/4 is the score, and an unparsable answer is an error, not a 0."""
+"""Generative judges: a causal LM answers a template of judge_rewards.protocol.templates with `<think>..</think>`
+and an answer tag, parsed strictly (an unparsable answer is an error, not a 0).
+
+The pointwise judge (`<score>N</score>`) lives here, the pairwise one (`<better>A|B</better>`) in pairwise.py;
+both share `GeneratingJudge`: one batched generation path and one reader of answer values.
+
+With --score-mode expected (the default) the generation also carries, for each generated step, the
+log-probabilities of the answer values' tokens: a softmax of the model's raw logits (temperature 1, before any
+sampling setting). The step that writes the parsed answer's value gives the judge's probability of every value
+there. With --score-mode sample only the generated value counts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from judge_rewards.protocol import templates
@@ -19,9 +29,18 @@ ANSWER_EXCERPT_CHARS = 500
 
 @dataclass(frozen=True)
 class Generation:
+    """A generated answer. `candidate_logprobs[step][j]` is the log-probability the judge gave candidate token j
+    (the generator's `candidate_ids`) at that generated step; -inf where the engine did not report it. Empty when
+    no candidates were asked for."""
+
     text: str
-    new_tokens: int
+    token_ids: tuple[int, ...]
     hit_token_limit: bool
+    candidate_logprobs: tuple[tuple[float, ...], ...] = ()
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
 
 
 class Generator(Protocol):
@@ -29,67 +48,178 @@ class Generator(Protocol):
         """One generation per prompt (token ids), in order."""
 
 
-class GenerativeJudge(Judge):
-    def __init__(self, config: JudgeConfig):
-        self._config = config
-        self.identity = hf.identity(config, "generative")
-        self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
-        self._generator = _make_generator(config, self._tokenizer)
+@dataclass(frozen=True)
+class Answer:
+    """A parsed judge answer; in expected mode also the judge's probability of each value at the value's step,
+    renormalized over the values (`probabilities`), and their total before renormalizing (`mass`)."""
 
-    def input_text(self, item: JudgeItem) -> str:
-        reference = item.answer if self._config.reference_from_answer else None
-        messages = templates.pointwise_messages(item.prompt, item.completion, reference=reference)
-        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    value: int | str
+    reasoning: str
+    generated_tokens: int
+    probabilities: dict[str, float] | None = None
+    mass: float | None = None
 
-    def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        encodings, verdicts = hf.encode_checked(
-            self._tokenizer, [self.input_text(i) for i in items], self._config.max_input_tokens
+
+class AnswerValues:
+    """The values an answer tag can hold, each one token of the judge's tokenizer right after the tag's opening,
+    and where a generation writes its value."""
+
+    def __init__(self, tokenizer, tag: str, values: Sequence[str]):
+        self._tokenizer = tokenizer
+        self.tag = tag
+        self.values = tuple(values)
+        self.token_ids = tuple(_value_token_id(tokenizer, tag, value) for value in self.values)
+
+    def probabilities(self, generation: Generation, value: str) -> tuple[dict[str, float], float]:
+        """The judge's probability of each value at the step that writes `value` (of the parsed answer
+        `generation.text`), renormalized over the values, and their total before. ValueError when that step
+        cannot be told exactly."""
+        step = self._value_step(generation, templates.answer_value_offset(generation.text, self.tag))
+        if step is None:
+            raise ValueError(f"the <{self.tag}> value {value!r} does not start at a generated token's boundary")
+        if generation.token_ids[step] != self.token_ids[self.values.index(value)]:
+            token = self._tokenizer.decode([generation.token_ids[step]])
+            raise ValueError(f"the generated token {token!r} that starts the <{self.tag}> value is not just {value!r}")
+        logprobs = generation.candidate_logprobs[step]
+        top = max(logprobs)  # finite: the generated token is one of the candidates
+        weights = [math.exp(logprob - top) for logprob in logprobs]
+        total = sum(weights)
+        probabilities = {v: weight / total for v, weight in zip(self.values, weights, strict=True)}
+        return probabilities, math.exp(top) * total
+
+    def _value_step(self, generation: Generation, offset: int) -> int | None:
+        """The generated step whose token starts the text at character `offset`: the last k for which the
+        tokens before k decode to exactly the text before `offset` (None if no k does)."""
+        prefix, tokens = generation.text[:offset], generation.token_ids
+        for step in range(len(tokens) - 1, -1, -1):
+            decoded = self._tokenizer.decode(tokens[:step], skip_special_tokens=True)
+            if decoded == prefix:
+                return step
+            if len(decoded) < offset:  # decoded prefixes only grow with k: no earlier k can match
+                return None
+        return None
+
+
+def _value_token_id(tokenizer, tag: str, value: str) -> int:
+    """The one token `value` is encoded as right after `<tag>`; ValueError naming the value if it is not one."""
+    opening = tokenizer(f"<{tag}>", add_special_tokens=False)["input_ids"]
+    with_value = tokenizer(f"<{tag}>{value}", add_special_tokens=False)["input_ids"]
+    if len(with_value) != len(opening) + 1 or with_value[: len(opening)] != opening:
+        raise ValueError(
+            f"the judge's tokenizer does not write the answer value {value!r} as one token after <{tag}>, so "
+            "--score-mode expected cannot read the judge's probability of it; use --score-mode sample"
         )
-        readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        generations = self._generator.generate([encodings[i] for i in readable])
-        for index, generation in zip(readable, generations, strict=True):
-            verdicts[index] = self._verdict(generation)
-        return verdicts
+    return with_value[-1]
 
-    def _verdict(self, generation: Generation) -> Verdict:
-        judgement = templates.parse_pointwise(generation.text)
-        metadata = {"generated_tokens": generation.new_tokens}
+
+class GeneratingJudge(Judge):
+    """What generative judges share: prompts through the chat template, one batched generation, and reading
+    an answer (its value, and in expected mode the judge's probabilities of the values)."""
+
+    def __init__(self, config: JudgeConfig, kind: str, tag: str, values: Sequence[str]):
+        self._config = config
+        self.identity = hf.identity(config, kind, generates=True)
+        self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
+        self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
+        self._generator = _make_generator(config, self._tokenizer, self._values.token_ids if self._values else ())
+
+    def _generate(self, conversations: Sequence[list[dict]]) -> list[Generation | Verdict]:
+        """One generation per conversation, in order; an error verdict for one too long to judge."""
+        if not conversations:  # e.g. a pairwise batch whose items all lack a reference
+            return []
+        texts = [
+            self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            for messages in conversations
+        ]
+        encodings, verdicts = hf.encode_checked(self._tokenizer, texts, self._config.max_input_tokens)
+        results: list[Generation | Verdict] = list(verdicts)
+        readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        for index, generation in zip(readable, self._generator.generate([encodings[i] for i in readable]), strict=True):
+            results[index] = generation
+        return results
+
+    def _read(self, generation: Generation, parse: Callable[[str], templates.Judgement]) -> Answer | Verdict:
+        """The answer `parse` finds in `generation`, with its values' probabilities in expected mode; else an
+        error verdict that says why."""
+        judgement = parse(generation.text)
         if not judgement.ok:
             cut = (
                 f" (generation stopped at --max-new-tokens {self._config.max_new_tokens})"
                 if generation.hit_token_limit
                 else ""
             )
-            return Verdict.failed(
-                f"unparsable judge answer: {judgement.error}{cut}",
-                judge_output=generation.text[:ANSWER_EXCERPT_CHARS],
-                **metadata,
-            )
-        return Verdict(
-            score=templates.normalized_score(judgement.value),
-            explanation=(judgement.reasoning or "").strip(),
-            metadata={"judge_score": judgement.value, **metadata},
+            return self._failed(generation, f"unparsable judge answer: {judgement.error}{cut}")
+        answer = Answer(judgement.value, (judgement.reasoning or "").strip(), generation.new_tokens)
+        if self._values is None:
+            return answer
+        try:
+            probabilities, mass = self._values.probabilities(generation, str(judgement.value))
+        except ValueError as err:
+            return self._failed(generation, f"cannot read the judge's probabilities of its answer: {err}")
+        return replace(answer, probabilities=probabilities, mass=mass)
+
+    def _failed(self, generation: Generation, error: str) -> Verdict:
+        return Verdict.failed(
+            error, judge_output=generation.text[:ANSWER_EXCERPT_CHARS], generated_tokens=generation.new_tokens
         )
 
 
-def _make_generator(config: JudgeConfig, tokenizer) -> Generator:
+class GenerativeJudge(GeneratingJudge):
+    """The pointwise judge: `<score>N</score>`, N in 0..4. Sample mode: score N/4. Expected mode: the mean of
+    d/4 over the judge's probabilities of the five scores d at the step that writes N."""
+
+    def __init__(self, config: JudgeConfig):
+        super().__init__(config, "generative", templates.POINTWISE_TAG, templates.POINTWISE_VALUES)
+
+    def input_messages(self, item: JudgeItem) -> list[dict]:
+        reference = item.answer if self._config.reference_from_answer else None
+        return templates.pointwise_messages(item.prompt, item.completion, reference=reference)
+
+    def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        results = self._generate([self.input_messages(item) for item in items])
+        return [result if isinstance(result, Verdict) else self._verdict(result) for result in results]
+
+    def _verdict(self, generation: Generation) -> Verdict:
+        answer = self._read(generation, templates.parse_pointwise)
+        if isinstance(answer, Verdict):
+            return answer
+        metadata = {
+            "judge_score": answer.value,
+            "generated_tokens": answer.generated_tokens,
+            "score_mode": self._config.score_mode,
+        }
+        if answer.probabilities is None:
+            return Verdict(templates.normalized_score(answer.value), answer.reasoning, metadata)
+        score = sum(p * templates.normalized_score(int(value)) for value, p in answer.probabilities.items())
+        expected = {
+            "score_probabilities": answer.probabilities,
+            "confidence": max(answer.probabilities.values()),
+            "score_mass": answer.mass,
+        }
+        return Verdict(score, answer.reasoning, {**metadata, **expected})
+
+
+def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:
     if config.backend == "vllm":
         from .vllm_backend import VllmGenerator
 
-        return VllmGenerator(config)
-    return TransformersGenerator(config, tokenizer)
+        return VllmGenerator(config, candidate_ids)
+    return TransformersGenerator(config, tokenizer, candidate_ids)
 
 
 class TransformersGenerator:
-    """Batched `generate` of a transformers causal LM, left-padded, in groups of similar prompt lengths."""
+    """Batched `generate` of a transformers causal LM, left-padded, in groups of similar prompt lengths. With
+    `candidate_ids`, each step's raw logits are kept until the group's generation ends, then reduced to the
+    candidates' log-probabilities."""
 
-    def __init__(self, config: JudgeConfig, tokenizer):
+    def __init__(self, config: JudgeConfig, tokenizer, candidate_ids: Sequence[int] = ()):
         import torch
         from transformers import AutoModelForCausalLM
 
         self._torch = torch
         self._config = config
         self._tokenizer = tokenizer
+        self._candidate_ids = list(candidate_ids)
         self._device = hf.resolve_device(config.device)
         self._model = (
             AutoModelForCausalLM.from_pretrained(config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device))
@@ -110,8 +240,16 @@ class TransformersGenerator:
         batch = self._tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self._device)
         with self._torch.inference_mode():
             output = self._model.generate(**batch, **self._sampling_arguments())
-        new_tokens = output[:, batch["input_ids"].shape[1] :].tolist()
-        return [self._generation(tokens) for tokens in new_tokens]
+            logprobs = self._candidate_logprobs(output.logits) if self._candidate_ids else None
+        new_tokens = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
+        return [self._generation(tokens, logprobs[row] if logprobs else []) for row, tokens in enumerate(new_tokens)]
+
+    def _candidate_logprobs(self, step_logits) -> list[list[list[float]]]:
+        """[row][step][candidate] log-probabilities: a log-softmax over the whole vocabulary of each step's
+        raw logits, then the candidates' columns."""
+        columns = self._torch.tensor(self._candidate_ids, device=step_logits[0].device)
+        steps = [self._torch.log_softmax(logits.float(), dim=-1)[:, columns] for logits in step_logits]
+        return self._torch.stack(steps, dim=1).tolist()
 
     def _sampling_arguments(self) -> dict:
         config = self._config
@@ -119,18 +257,21 @@ class TransformersGenerator:
             "max_new_tokens": config.max_new_tokens,
             "pad_token_id": self._tokenizer.pad_token_id,
             "eos_token_id": sorted(self._stop_ids),
+            "return_dict_in_generate": True,
+            "output_logits": bool(self._candidate_ids),
         }
         if config.temperature > 0:
             return {**arguments, "do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
         return {**arguments, "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
 
-    def _generation(self, tokens: list[int]) -> Generation:
+    def _generation(self, tokens: list[int], logprobs: list[list[float]]) -> Generation:
         stop = next((i for i, token in enumerate(tokens) if token in self._stop_ids), None)
         kept = tokens if stop is None else tokens[:stop]
         return Generation(
             text=self._tokenizer.decode(kept, skip_special_tokens=True),
-            new_tokens=len(kept),
+            token_ids=tuple(kept),
             hit_token_limit=stop is None,
+            candidate_logprobs=tuple(tuple(step) for step in logprobs[: len(kept)]),
         )
 
 

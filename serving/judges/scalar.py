@@ -1,17 +1,28 @@
-"""Scalar (Bradley-Terry) judge: a sequence-classification model with one label reads the conversation
-and its reward is mapped to [0, 1] by the judge's JudgeSpec."""
+"""Scalar judge: a sequence-classification model reads the conversation. With one label (Bradley-Terry) its
+reward is mapped to [0, 1] by the judge's JudgeSpec; with one label per attribute of judge.json's
+`attributes` (attribute regression) each output predicts its attribute on the 0..ATTRIBUTE_MAX scale, and
+the score combines them by the attribute weights."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_spec import JudgeSpec
+from judge_rewards.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_attribute_weights, sigmoid
 
 from ..config import JudgeConfig
 from . import hf, scalar_model
-from .base import Judge, JudgeItem, Verdict
+from .base import ComparisonItem, Judge, JudgeItem, Verdict
+
+
+@dataclass(frozen=True)
+class _Read:
+    """The model's outputs for one judge input, one per label."""
+
+    outputs: list[float]
+    input_tokens: int
 
 
 class ScalarJudge(Judge):
@@ -20,6 +31,7 @@ class ScalarJudge(Judge):
 
         self._config = config
         self._spec = spec
+        self._weights = self._attribute_weights()
         self.identity = hf.identity(config, "scalar")
         self._device = hf.resolve_device(config.device)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="right")
@@ -32,11 +44,27 @@ class ScalarJudge(Judge):
         )
         self._check_head()
 
+    def _attribute_weights(self) -> dict[str, float]:
+        """Every attribute's weight: --attribute-weights when given (attributes left out weigh 0), else judge.json's."""
+        attributes = self._spec.attributes
+        text = self._config.attribute_weights
+        if text is not None and not attributes:
+            raise ValueError(
+                f"--attribute-weights needs a multi-attribute judge; {self._config.model} has no attributes"
+            )
+        try:
+            weights = self._spec.attribute_weights if text is None else parse_attribute_weights(text, attributes)
+        except ValueError as err:
+            raise ValueError(f"--attribute-weights {text!r}: {err}") from None
+        return {name: float(weights.get(name, 0.0)) for name in attributes}
+
     def _check_head(self) -> None:
         model_config = self._model.config
-        if model_config.num_labels != 1:
+        labels = len(self._spec.attributes) or 1
+        if model_config.num_labels != labels:
+            what = f"{labels} attributes in judge.json" if self._spec.attributes else "one label (no attributes)"
             raise ValueError(
-                f"{self._config.model}: a scalar judge has num_labels=1, this model has {model_config.num_labels}"
+                f"{self._config.model}: the judge has {what}, the model has num_labels={model_config.num_labels}"
             )
         if model_config.pad_token_id is None:
             model_config.pad_token_id = self._tokenizer.pad_token_id
@@ -53,27 +81,91 @@ class ScalarJudge(Judge):
         return templates.conversation_token_ids(self._tokenizer, conversations)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        return [read if isinstance(read, Verdict) else self._verdict(read) for read in self._read(items)]
+
+    def compare_batch(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
+        """sigmoid(r_a - r_b) of the raw rewards (the Bradley-Terry probability), both responses of every
+        comparison scored in one batched pass. Each response is scored alone, so their order cannot matter."""
+        pairs = [(item.prompt, response) for item in items for response in (item.response_a, item.response_b)]
+        reads = self._read([JudgeItem(prompt, response) for prompt, response in pairs])
+        return [self._comparison(reads[2 * index], reads[2 * index + 1]) for index in range(len(items))]
+
+    def _read(self, items: Sequence[JudgeItem]) -> list[_Read | Verdict]:
+        """Per item, the model's outputs, or an error verdict saying why they cannot be read; one batched pass."""
         encodings = self.input_ids(items)
-        verdicts = hf.length_verdicts(encodings, self._config.max_input_tokens)
+        reads: list[_Read | Verdict | None] = list(hf.length_verdicts(encodings, self._config.max_input_tokens))
         pad_token_id = self._tokenizer.pad_token_id
         for index, ids in enumerate(encodings):
-            if verdicts[index] is None and ids[-1] == pad_token_id:
-                verdicts[index] = Verdict.failed("the judge input ends with the pad token; its reward cannot be read")
-        readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        rewards = scalar_model.sequence_rewards(
+            if reads[index] is None and ids[-1] == pad_token_id:
+                reads[index] = Verdict.failed("the judge input ends with the pad token; its reward cannot be read")
+        readable = [i for i, read in enumerate(reads) if read is None]
+        outputs = scalar_model.sequence_outputs(
             self._model, [encodings[i] for i in readable], pad_token_id, self._config.max_padding_fraction
         )
-        for index, reward in zip(readable, rewards, strict=True):
-            verdicts[index] = self._verdict(reward, len(encodings[index]))
-        return verdicts
+        for index, row in zip(readable, outputs, strict=True):
+            reads[index] = self._checked(row, len(encodings[index]))
+        return reads
 
-    def _verdict(self, reward: float, input_tokens: int) -> Verdict:
-        if not math.isfinite(reward):
-            return Verdict.failed(f"the judge returned a non-finite reward ({reward})", input_tokens=input_tokens)
+    @staticmethod
+    def _checked(outputs: list[float], input_tokens: int) -> _Read | Verdict:
+        if not all(math.isfinite(value) for value in outputs):
+            return Verdict.failed(f"the judge returned a non-finite output ({outputs})", input_tokens=input_tokens)
+        return _Read(outputs, input_tokens)
+
+    def _verdict(self, read: _Read) -> Verdict:
+        return self._attribute_verdict(read) if self._spec.attributes else self._reward_verdict(read)
+
+    def _reward_verdict(self, read: _Read) -> Verdict:
+        reward = read.outputs[0]
         spec = self._spec
         return Verdict(
             score=spec.scalar_probability(reward),
             explanation=f"reward {reward:.4f}; "
             f"score = sigmoid((reward - {spec.reward_center:g}) / {spec.reward_scale:g})",
-            metadata={"raw_reward": reward, "input_tokens": input_tokens},
+            metadata={"raw_reward": reward, "input_tokens": read.input_tokens},
+        )
+
+    def _attribute_verdict(self, read: _Read) -> Verdict:
+        predictions = dict(zip(self._spec.attributes, read.outputs, strict=True))
+        detailed = {name: min(max(value / ATTRIBUTE_MAX, 0.0), 1.0) for name, value in predictions.items()}
+        return Verdict(
+            score=self._weighted_score(detailed),
+            explanation="weighted attributes: "
+            + ", ".join(f"{name} {value:.2f}/{ATTRIBUTE_MAX:g}" for name, value in predictions.items()),
+            metadata={
+                "attribute_predictions": predictions,
+                "attribute_weights": self._weights,
+                "input_tokens": read.input_tokens,
+            },
+            detailed_scores=detailed,
+        )
+
+    def _weighted_score(self, detailed: dict[str, float]) -> float:
+        """sum w_i d_i over the attributes in [0, 1], mapped linearly from its range over the unit box to [0, 1]:
+        1 when every positively weighted attribute is at its best and every negatively weighted one at 0."""
+        weights = self._weights
+        lowest = sum(weight for weight in weights.values() if weight < 0)
+        span = sum(abs(weight) for weight in weights.values())
+        return (sum(weights[name] * value for name, value in detailed.items()) - lowest) / span
+
+    def _raw_reward(self, read: _Read) -> float:
+        """The reward a comparison uses: the one output, or the weighted sum of the raw attribute predictions."""
+        if not self._spec.attributes:
+            return read.outputs[0]
+        return sum(self._weights[name] * value for name, value in zip(self._spec.attributes, read.outputs, strict=True))
+
+    def _comparison(self, read_a: _Read | Verdict, read_b: _Read | Verdict) -> Verdict:
+        for name, read in (("response_a", read_a), ("response_b", read_b)):
+            if isinstance(read, Verdict):
+                return Verdict.failed(f"{name}: {read.error}", **read.metadata)
+        reward_a, reward_b = self._raw_reward(read_a), self._raw_reward(read_b)
+        reward = "weighted attribute sum" if self._spec.attributes else "reward"
+        return Verdict(
+            score=sigmoid(reward_a - reward_b),
+            explanation=f"{reward} of response_a {reward_a:.4f}, of response_b {reward_b:.4f}; score = sigmoid(a - b)",
+            metadata={
+                "raw_reward_a": reward_a,
+                "raw_reward_b": reward_b,
+                "input_tokens": [read_a.input_tokens, read_b.input_tokens],
+            },
         )

@@ -1,5 +1,6 @@
 """The reward of a scalar (Bradley-Terry) judge: the output of a one-label sequence-classification model at
-the last token that is not the pad token (the model finds it through its config's pad_token_id).
+the last token that is not the pad token (the model finds it through its config's pad_token_id). A
+multi-attribute judge has one output per attribute at that token (`padded_outputs`, `sequence_outputs`).
 
 One implementation for the three places that read it: the Bradley-Terry trainer's forward pass, the
 export's calibration (the judge's reward_center / reward_scale) and the scalar judge of the server, so that
@@ -38,14 +39,18 @@ def right_padded_causal_mask(padding_mask: torch.Tensor) -> torch.Tensor:
     return causal[None, None] & padding_mask.bool()[:, None, None, :]
 
 
-def padded_rewards(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
-    """The fp32 rewards (batch,) of a right-padded batch, differentiable (the trainer backpropagates them).
-    Only SDPA attention takes the boolean 4D mask: flash_attention_2 accepts nothing but the 2D mask, and
-    eager attention would add a boolean mask to its scores instead of masking them."""
+def padded_outputs(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+    """The fp32 outputs (batch, num_labels) of a right-padded batch, differentiable (the trainers backpropagate
+    them). Only SDPA attention takes the boolean 4D mask: flash_attention_2 accepts nothing but the 2D mask,
+    and eager attention would add a boolean mask to its scores instead of masking them."""
     sdpa = model.config._attn_implementation == "sdpa"
     attention_mask = right_padded_causal_mask(padding_mask) if sdpa else padding_mask
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    return logits[:, 0].float()
+    return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.float()
+
+
+def padded_rewards(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+    """The fp32 rewards (batch,) of a right-padded batch: the first output of each sequence."""
+    return padded_outputs(model, input_ids, padding_mask)[:, 0]
 
 
 def scoring_head(model) -> torch.nn.Module:
@@ -71,6 +76,27 @@ def token_rewards(model, positions: torch.Tensor, **inputs) -> torch.Tensor:
     return scores[0][0, positions, 0].float() + 0.0 * pooled.sum()
 
 
+def sequence_outputs(
+    model,
+    sequences: Sequence[Sequence[int]],
+    pad_token_id: int,
+    max_padding_fraction: float,
+    max_batch_size: int | None = None,
+) -> list[list[float]]:
+    """The outputs (num_labels each) of token sequences, in their order, without gradients: forward passes
+    over groups of similar lengths (at most `max_padding_fraction` padding and `max_batch_size` sequences
+    each, see length_groups), right-padded, on the model's device. Each sequence must end with a token other
+    than the pad token; the callers check it, each with its own kind of error."""
+    outputs: list[list[float]] = [[] for _ in sequences]
+    for group in length_groups([len(ids) for ids in sequences], max_padding_fraction, max_batch_size):
+        input_ids, padding_mask = right_padded([sequences[index] for index in group], pad_token_id)
+        with torch.inference_mode():
+            group_outputs = padded_outputs(model, input_ids.to(model.device), padding_mask.to(model.device))
+        for index, row in zip(group, group_outputs.tolist(), strict=True):
+            outputs[index] = row
+    return outputs
+
+
 def sequence_rewards(
     model,
     sequences: Sequence[Sequence[int]],
@@ -78,15 +104,5 @@ def sequence_rewards(
     max_padding_fraction: float,
     max_batch_size: int | None = None,
 ) -> list[float]:
-    """The rewards of token sequences, in their order, without gradients: forward passes over groups of
-    similar lengths (at most `max_padding_fraction` padding and `max_batch_size` sequences each, see
-    length_groups), right-padded, on the model's device. Each sequence must end with a token other than the
-    pad token; the callers check it, each with its own kind of error."""
-    rewards = [0.0] * len(sequences)
-    for group in length_groups([len(ids) for ids in sequences], max_padding_fraction, max_batch_size):
-        input_ids, padding_mask = right_padded([sequences[index] for index in group], pad_token_id)
-        with torch.inference_mode():
-            group_rewards = padded_rewards(model, input_ids.to(model.device), padding_mask.to(model.device))
-        for index, reward in zip(group, group_rewards.tolist(), strict=True):
-            rewards[index] = reward
-    return rewards
+    """The rewards (first outputs) of token sequences, in their order, as `sequence_outputs` computes them."""
+    return [row[0] for row in sequence_outputs(model, sequences, pad_token_id, max_padding_fraction, max_batch_size)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -22,12 +24,46 @@ def build_scalar_judge(base_model_dir: str | Path, out_dir: str | Path, seed: in
     return out_dir
 
 
-def save_successor_judge(tokenizer, successors: dict[int, int], out_dir: str | Path) -> Path:
-    """A generative judge (a real Llama causal LM, its tokenizer and judge.json) whose greedy next token
-    after each token of `successors` is that token's successor. Attention and MLP outputs are zeroed, so a
-    position's logits depend on its own token only; the embeddings of the mapped tokens are one-hot and the
-    LM head maps each to its successor. Tests of what surrounds the model (parsing, batching, ordering)
-    script its answers this way."""
+def build_attribute_judge(
+    base_model_dir: str | Path, out_dir: str | Path, attribute_weights: dict[str, float], seed: int = 0
+) -> Path:
+    """An untrained multi-attribute scalar judge: the base model with a fresh head of one label per attribute
+    of `attribute_weights` (normal weights of std 0.5, drawn with `seed`: on the tiny model's final hidden states,
+    of norm about 8, its predictions spread over about -8..8, below, on and above the 0..4 attribute scale),
+    its tokenizer and judge.json naming the attributes and their weights."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from judge_rewards.protocol.judge_spec import JudgeSpec
+
+    out_dir = Path(out_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(base_model_dir, num_labels=len(attribute_weights))
+    with torch.no_grad():
+        model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=torch.Generator().manual_seed(seed)))
+        model.score.weight.mul_(0.5)
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(base_model_dir).save_pretrained(out_dir)
+    JudgeSpec(
+        kind="scalar",
+        attributes=list(attribute_weights),
+        attribute_weights=attribute_weights,
+        trained_with={"recipe": "untrained attribute head", "base_model": str(base_model_dir)},
+    ).save(out_dir)
+    return out_dir
+
+
+def save_successor_judge(
+    tokenizer,
+    successors: Mapping[int, int | Mapping[int, float]],
+    out_dir: str | Path,
+    prompt_format: str = "pointwise",
+) -> Path:
+    """A generative judge (a real Llama causal LM, its tokenizer and judge.json of `prompt_format`) whose greedy
+    next token after each token of `successors` is that token's successor. Attention and MLP outputs are zeroed,
+    so a position's logits depend on its own token only; the embeddings of the mapped tokens are one-hot and the
+    LM head maps each to its successor. A token may map to a distribution {next token: probability} instead:
+    its next-token probabilities are then these (to within 1e-12) and greedy decoding takes the likeliest. Tests
+    of what surrounds the model (parsing, batching, ordering, probabilities) script its answers this way."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -45,6 +81,8 @@ def save_successor_judge(tokenizer, successors: dict[int, int], out_dir: str | P
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    # The final RMSNorm scales a one-hot hidden state by this much before the LM head.
+    norm_scale = 1 / math.sqrt(1 / width + config.rms_norm_eps)
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -54,10 +92,15 @@ def save_successor_judge(tokenizer, successors: dict[int, int], out_dir: str | P
         model.lm_head.weight.zero_()
         for dimension, (token, successor) in enumerate(successors.items()):
             model.model.embed_tokens.weight[token, dimension] = 1.0
-            model.lm_head.weight[successor, dimension] = 10.0
+            if isinstance(successor, Mapping):
+                for next_token, probability in successor.items():
+                    # Logits log(p) + 40: every unlisted token (logit 0) keeps less than e^-40 of the mass.
+                    model.lm_head.weight[next_token, dimension] = (math.log(probability) + 40) / norm_scale
+            else:
+                model.lm_head.weight[successor, dimension] = 10.0
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    JudgeSpec(kind="generative").save(out_dir)
+    JudgeSpec(kind="generative", prompt_format=prompt_format).save(out_dir)
     return Path(out_dir)
