@@ -22,6 +22,7 @@ from training.launch.script import read_launcher_script
 RECIPES = REPO_ROOT / "cookbooks" / "training_judge_model"
 SFT_LAUNCHER = RECIPES / "sft" / "run_sft_rm.sh"
 BT_LAUNCHER = RECIPES / "bradley-terry" / "run_bt_rm.sh"
+ATTRIBUTE_LAUNCHER = RECIPES / "multi-aspect" / "run_attribute_rm.sh"
 # Knobs a test sets only where it means to: a value in the caller's environment would win over a config file.
 _LAUNCHER_ENV_PREFIXES = (
     "MODEL_PATH",

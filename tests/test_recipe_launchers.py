@@ -1,5 +1,6 @@
-"""The SFT and Bradley-Terry launchers: their Python core (final config, checks, precedence, commands) in process,
-and through bash their --help, --dry-run, refusals and every config file under cookbooks/ (nothing is trained)."""
+"""The SFT, Bradley-Terry and multi-aspect launchers: their Python core (final config, checks, precedence,
+commands) in process, and through bash their --help, --dry-run, refusals and every config file under cookbooks/
+(nothing is trained)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO_ROOT
-from tests.launcher_helpers import BT_LAUNCHER, RECIPES, SFT_LAUNCHER, composed, launch_in_process, run_launcher
+from tests.launcher_helpers import (
+    ATTRIBUTE_LAUNCHER,
+    BT_LAUNCHER,
+    RECIPES,
+    SFT_LAUNCHER,
+    composed,
+    launch_in_process,
+    run_launcher,
+)
 from training.launch.recipe import LaunchError
 from training.launch.script import read_launcher_script
 
-LAUNCHERS = {"sft": SFT_LAUNCHER, "bradley-terry": BT_LAUNCHER}
+LAUNCHERS = {"sft": SFT_LAUNCHER, "bradley-terry": BT_LAUNCHER, "multi-aspect": ATTRIBUTE_LAUNCHER}
 # Every config file's command sits on a comment line of the form `# bash <launcher> ... --config <the file>`.
 COMMAND_LINE = re.compile(r"^#\s*(bash\s+\S+\.sh\b.*--config\s+\S+.*)$")
 CONFIG_FILES = sorted(RECIPES.glob("**/configs/*.yaml"))  # the judge-training recipes, GRPO included
@@ -52,7 +61,12 @@ def refusal(launcher: Path, *args: str, **knobs) -> str:
 
 
 @pytest.mark.parametrize(
-    "launcher, module", [(SFT_LAUNCHER, "verl.trainer.fsdp_sft_trainer"), (BT_LAUNCHER, "training.bt_trainer")]
+    "launcher, module",
+    [
+        (SFT_LAUNCHER, "verl.trainer.fsdp_sft_trainer"),
+        (BT_LAUNCHER, "training.bt_trainer"),
+        (ATTRIBUTE_LAUNCHER, "training.attribute_trainer"),
+    ],
 )
 def test_dry_run_prints_the_commands_and_the_settings_and_starts_nothing(inputs, launcher, module):
     result = run_launcher(launcher, "--dry-run", "trainer.seed=7", MICRO_BATCH_SIZE=3, TRAIN_BATCH_SIZE=6, **inputs)
@@ -83,9 +97,10 @@ def test_help_lists_every_knob_with_its_default_and_key():
     assert_help_lists_the_knobs(BT_LAUNCHER, result.stdout)
 
 
-def test_sft_help_lists_every_knob_with_its_default_and_key(capsys):
-    assert launch_in_process(SFT_LAUNCHER, "--help") == 0
-    assert_help_lists_the_knobs(SFT_LAUNCHER, capsys.readouterr().out)
+@pytest.mark.parametrize("launcher", [SFT_LAUNCHER, ATTRIBUTE_LAUNCHER])
+def test_in_process_help_lists_every_knob_with_its_default_and_key(launcher, capsys):
+    assert launch_in_process(launcher, "--help") == 0
+    assert_help_lists_the_knobs(launcher, capsys.readouterr().out)
 
 
 def assert_help_lists_the_knobs(launcher: Path, text: str) -> None:
@@ -124,7 +139,7 @@ def config_command(config: Path) -> tuple[list[str], Path]:
 
 
 def test_there_is_a_laptop_config_per_recipe():
-    assert {"sft", "bradley-terry"} <= {config.parent.parent.name for config in CONFIG_FILES}
+    assert set(LAUNCHERS) <= {config.parent.parent.name for config in CONFIG_FILES}
 
 
 @pytest.mark.parametrize("config", CONFIG_FILES, ids=lambda path: str(path.relative_to(RECIPES)))
@@ -163,6 +178,27 @@ def test_bt_defaults_come_from_the_script_and_the_recipe_yaml(inputs):
         "bt.margin_mode": "none",
         "bt.packing": True,
         "bt.max_tokens_per_forward": None,
+        "launch.export_dir": f"{inputs['SAVE_DIR']}/hf",
+    }
+    assert {key: _select(config, key) for key in expected} == expected
+
+
+def test_attribute_defaults_come_from_the_script_and_the_recipe_yaml(inputs):
+    config = composed(ATTRIBUTE_LAUNCHER, **inputs).config
+    expected = {
+        "data.train_batch_size": 256,
+        "data.micro_batch_size_per_gpu": 2,
+        "data.max_length": 4096,
+        "data.truncation": "left",
+        "optim.lr": 2e-6,
+        "optim.lr_scheduler": "cosine",
+        "trainer.total_epochs": 2,
+        "trainer.project_name": "judge-attributes",
+        "trainer.device": "cpu",
+        "trainer.n_gpus_per_node": 1,
+        "model.strategy": "fsdp2",
+        "attributes.names": ["helpfulness", "correctness", "coherence", "complexity", "verbosity"],
+        "attributes.weights": None,
         "launch.export_dir": f"{inputs['SAVE_DIR']}/hf",
     }
     assert {key: _select(config, key) for key in expected} == expected
@@ -224,7 +260,7 @@ BAD_KNOBS = [
     ("VAL_FILE", "/no/such/val.parquet", "data.val_files (VAL_FILE) = /no/such/val.parquet: no such file"),
     ("TRAIN_BATCH_SIZE", "10", "data.train_batch_size (TRAIN_BATCH_SIZE) = 10: must be a multiple of data-parallel"),
 ]
-BT_ONLY_KNOBS = [
+SCALAR_HEAD_KNOBS = [
     ("LR", "fast", "optim.lr (LR) = fast: must be a number >= 0"),
     ("STRATEGY", "ddp", "model.strategy (STRATEGY) = ddp: must be one of: fsdp, fsdp2"),
 ]
@@ -236,7 +272,7 @@ SFT_ONLY_KNOBS = [
 @pytest.mark.parametrize(
     "launcher, knob, value, message",
     [(SFT_LAUNCHER, *case) for case in BAD_KNOBS + SFT_ONLY_KNOBS]
-    + [(BT_LAUNCHER, *case) for case in BAD_KNOBS + BT_ONLY_KNOBS],
+    + [(launcher, *case) for launcher in (BT_LAUNCHER, ATTRIBUTE_LAUNCHER) for case in BAD_KNOBS + SCALAR_HEAD_KNOBS],
 )
 def test_a_bad_knob_is_named_with_its_config_key(inputs, launcher, knob, value, message):
     assert message in refusal(launcher, **{**inputs, "TRAIN_BATCH_SIZE": 8, "MICRO_BATCH_SIZE": 4, knob: value})
@@ -253,11 +289,13 @@ BAD_SETTINGS = [
     ("launch.export_dir=", "launch.export_dir = '': must be a folder, or none for no export"),
     ("trainer.project_name=", "trainer.project_name = '': must not be empty"),
 ]
-BT_ONLY_SETTINGS = [
+SCALAR_HEAD_SETTINGS = [
     ("optim.weight_decay=-1", "optim.weight_decay = -1: must be a number >= 0"),
     ("optim.lr_warmup_steps_ratio=1.5", "optim.lr_warmup_steps_ratio = 1.5: must be a number between 0 and 1"),
     ("optim.clip_grad=max", "optim.clip_grad = max: must be a number >= 0"),
     ("optim.lr_scheduler=linear", "optim.lr_scheduler = linear: must be one of: cosine, wsd"),
+]
+BT_ONLY_SETTINGS = [
     ("bt.margin_mode=hinge", "bt.margin_mode = hinge: must be one of: none, scaled, offset"),
     ("bt.packing=maybe", "bt.packing = maybe: must be true or false"),
     ("bt.max_tokens_per_forward=1", "bt.max_tokens_per_forward = 1: must be an integer >= 2"),
@@ -271,7 +309,8 @@ SFT_ONLY_SETTINGS = [
 @pytest.mark.parametrize(
     "launcher, override, message",
     [(SFT_LAUNCHER, *case) for case in BAD_SETTINGS + SFT_ONLY_SETTINGS]
-    + [(BT_LAUNCHER, *case) for case in BAD_SETTINGS + BT_ONLY_SETTINGS],
+    + [(BT_LAUNCHER, *case) for case in BAD_SETTINGS + SCALAR_HEAD_SETTINGS + BT_ONLY_SETTINGS]
+    + [(ATTRIBUTE_LAUNCHER, *case) for case in BAD_SETTINGS + SCALAR_HEAD_SETTINGS],
 )
 def test_a_bad_setting_is_named(inputs, launcher, override, message):
     assert message in refusal(launcher, override, **inputs, TRAIN_BATCH_SIZE=8, MICRO_BATCH_SIZE=4)

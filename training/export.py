@@ -6,8 +6,13 @@
     export_scalar_judge(checkpoint, out_dir, val_file) Bradley-Terry checkpoints: <Arch>ForSequenceClassification with
                                                       num_labels=1, judge kind scalar, reward_center / reward_scale =
                                                       mean / std of the validation rewards of the exported model
+    export_attribute_judge(checkpoint, out_dir, val_file)
+                                                      attribute-regression checkpoints: <Arch>ForSequenceClassification
+                                                      with one label per attribute (the checkpoint's id2label), judge
+                                                      kind scalar with attributes and their weights; the validation
+                                                      MSE / Pearson r per attribute of the exported model recorded
 
-    python -m training.export {causal-lm,scalar} CHECKPOINT OUT [options]
+    python -m training.export {causal-lm,scalar,attributes} CHECKPOINT OUT [options]
     python -m training.export causal-lm --not-a-judge CHECKPOINT OUT   (a policy, not a judge)
 
 CHECKPOINT may be a global_step_N folder, a PPO step's folder (its actor/ is used) or a run's save folder
@@ -302,6 +307,100 @@ def export_scalar_judge(
     return out_dir
 
 
+# --- attributes (multi-aspect) -----------------------------------------------------------------------
+
+
+def checkpoint_attributes(checkpoint: Path, config) -> list[str]:
+    """The attribute names of a checkpoint's labels, in output order (the trainer writes them in id2label)."""
+    names = [config.id2label[index] for index in range(config.num_labels)]
+    if names == [f"LABEL_{index}" for index in range(config.num_labels)]:
+        raise ValueError(
+            f"{checkpoint}: its labels are not named after attributes ({names}): not an attribute-regression "
+            "checkpoint; use the export that matches how it was trained"
+        )
+    return names
+
+
+def validation_outputs(model_dir: Path, val_file: str, attributes: list[str], max_length: int, truncation: str):
+    """The validation conversations (an AttributeDataset), tokenized as in training, and the exported model's
+    outputs for them, (conversations, attributes)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from serving.judges.scalar_model import sequence_outputs
+    from training.attribute_trainer import AttributeDataConfig, AttributeDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = AttributeDataset(val_file, tokenizer, AttributeDataConfig(max_length, truncation, tuple(attributes)))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype="auto").to(device).eval()
+    outputs = sequence_outputs(
+        model, [ids for ids, _ in rows.items], tokenizer.pad_token_id, SCORING_MAX_PADDING_FRACTION,
+        max_batch_size=SCORING_BATCH_SIZE,
+    )  # fmt: skip
+    return rows, torch.tensor(outputs)
+
+
+def attribute_summary(rows, outputs: torch.Tensor, attributes: list[str]) -> dict:
+    """The validation loss, MSE and Pearson r per attribute, computed as the trainer's validation does;
+    `rows` and `outputs` as validation_outputs returns them."""
+    from training.attribute_trainer import attribute_metrics, attribute_totals, regression_losses
+
+    ratings = torch.stack([ratings for _, ratings in rows.items]).float()
+    totals = attribute_totals(regression_losses(outputs, ratings), outputs, ratings)
+    metrics = attribute_metrics(totals, attributes, "val")
+    return {
+        "conversations": len(rows),
+        "loss": metrics["val/loss"],
+        "mse": {name: metrics[f"val/mse/{name}"] for name in attributes},
+        "pearson": {name: metrics[f"val/pearson/{name}"] for name in attributes},
+        "truncated_sequences": len(rows.truncated),
+    }
+
+
+def export_attribute_judge(
+    checkpoint_dir: str | Path,
+    out_dir: str | Path,
+    val_file: str,
+    attribute_weights: str | None = None,
+    max_length: int = 4096,
+    truncation: str = "left",
+    dtype: str | None = None,
+    trained_with: dict | None = None,
+) -> Path:
+    """An attribute-regression checkpoint as an HF sequence-classification folder (one label per attribute)
+    + tokenizer + chat template + judge.json (kind scalar, attributes, attribute_weights: `attribute_weights`
+    as name=weight,... or the HelpSteer2 paper's, see training/attributes.py; the validation summary in
+    trained_with). `max_length` / `truncation` tokenize the validation conversations as training did."""
+    from transformers import AutoModelForSequenceClassification
+
+    from training.attributes import score_weights
+
+    checkpoint, out_dir = resolve_checkpoint(checkpoint_dir), Path(out_dir)
+    config = _load_config(checkpoint, "ForSequenceClassification")
+    tokenizer = _load_tokenizer(checkpoint)
+    if config.pad_token_id is None or config.pad_token_id != tokenizer.pad_token_id:
+        raise ValueError(
+            f"{checkpoint}: an attribute judge needs the tokenizer's pad token id ({tokenizer.pad_token_id}) "
+            f"in its config; it has pad_token_id={config.pad_token_id}"
+        )
+    attributes = checkpoint_attributes(checkpoint, config)
+    weights = score_weights(attributes, attribute_weights)
+    staging = _staging_dir(out_dir)
+    _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForSequenceClassification, staging)
+    tokenizer.save_pretrained(staging)
+    validation = attribute_summary(
+        *validation_outputs(staging, val_file, attributes, max_length, truncation), attributes
+    )
+    JudgeSpec(
+        kind="scalar",
+        attributes=attributes,
+        attribute_weights=weights,
+        trained_with={**_trained_with(checkpoint, trained_with), "val_file": val_file, "validation": validation},
+    ).save(staging)
+    _replace_dir(staging, out_dir)
+    return out_dir
+
+
 # --- command line ------------------------------------------------------------------------------------
 
 
@@ -352,6 +451,18 @@ class ScalarOptions:
     truncation: str = option("left", "as in training", choices=("left", "right", "error"))
 
 
+@dataclass(frozen=True)
+class AttributeOptions:
+    """The validation conversations that measure an attribute judge, tokenized as in training, and its weights."""
+
+    val_file: str = option(REQUIRED, "validation conversations with their ratings: MSE and Pearson r per attribute")
+    attribute_weights: str | None = option(
+        None, "the score's weights as name=weight,... (others 0); default: the HelpSteer2 paper's, 0 for other names"
+    )
+    max_length: int = option(4096, "as in training (data.max_length)")
+    truncation: str = option("left", "as in training", choices=("left", "right", "error"))
+
+
 def run_causal_lm(paths: ExportPaths, record: TrainingRecord, options: CausalLmOptions) -> None:
     out = export_causal_lm(
         paths.checkpoint,
@@ -380,6 +491,20 @@ def run_scalar(paths: ExportPaths, record: TrainingRecord, options: ScalarOption
     _print_export("scalar judge", out / SPEC_FILE)
 
 
+def run_attributes(paths: ExportPaths, record: TrainingRecord, options: AttributeOptions) -> None:
+    out = export_attribute_judge(
+        paths.checkpoint,
+        paths.out,
+        options.val_file,
+        options.attribute_weights,
+        options.max_length,
+        options.truncation,
+        paths.dtype,
+        record.trained_with(),
+    )
+    _print_export("attribute judge", out / SPEC_FILE)
+
+
 def _print_export(what: str, record_file: Path) -> None:
     print(f"exported {what} to {record_file.parent}")
     print(record_file.read_text(), end="")
@@ -397,6 +522,12 @@ COMMANDS = (
         "Bradley-Terry checkpoint -> sequence classification (scalar judge)",
         (ExportPaths, TrainingRecord, ScalarOptions),
         run_scalar,
+    ),
+    Command(
+        "attributes",
+        "attribute-regression checkpoint -> sequence classification, one label per attribute (multi-aspect judge)",
+        (ExportPaths, TrainingRecord, AttributeOptions),
+        run_attributes,
     ),
 )
 

@@ -1,13 +1,15 @@
-"""The SFT and Bradley-Terry recipes: verl's FSDP SFT trainer (SFT) and training.bt_trainer (its Bradley-Terry
-subclass) under torchrun, then an export of the final checkpoint that reads the values the training used."""
+"""The recipes on verl's FSDP SFT trainer, under torchrun: SFT (verl's trainer itself), Bradley-Terry
+(training.bt_trainer) and multi-aspect (training.attribute_trainer), the two scalar-head subclasses of
+training.scalar_head_trainer; then an export of the final checkpoint that reads the values the training used."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
+from training.attributes import check_names, score_weights
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import training_dtype
 from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, export_command
@@ -136,6 +138,23 @@ class SftRecipe:
         return commands
 
 
+def check_scalar_head_trainer(check: Checker) -> None:
+    """The settings the scalar-head trainers (Bradley-Terry, multi-aspect) read beyond verl's SFT ones."""
+    check_sft_trainer(check)
+    check.number("optim.weight_decay")
+    check.number("optim.lr_warmup_steps_ratio", 0, 1)
+    check.number("optim.clip_grad")
+    check.choice("optim.lr_scheduler", ("cosine", "wsd"))
+
+
+def scalar_export(config: DictConfig, kind: str, recipe: str, options: list[str]) -> Command:
+    """The export of a scalar-head run: it reads the validation file as the training tokenized it."""
+    command = export(config, kind, recipe)
+    data = config.data
+    tokenization = ["--max-length", str(data.max_length), "--truncation", data.truncation]
+    return Command(command.name, [*command.argv, "--val-file", str(data.val_files), *tokenization, *options])
+
+
 @dataclass(frozen=True)
 class BradleyTerryRecipe:
     """training.bt_trainer on preference pairs; exported as a scalar judge calibrated on the validation pairs."""
@@ -151,11 +170,7 @@ class BradleyTerryRecipe:
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
         check = Checker(config, key_names)
-        check_sft_trainer(check)
-        check.number("optim.weight_decay")
-        check.number("optim.lr_warmup_steps_ratio", 0, 1)
-        check.number("optim.clip_grad")
-        check.choice("optim.lr_scheduler", ("cosine", "wsd"))
+        check_scalar_head_trainer(check)
         check.choice("bt.margin_mode", ("none", "scaled", "offset"))
         check.boolean("bt.packing")
         check.optional_integer("bt.max_tokens_per_forward", 2)
@@ -164,10 +179,51 @@ class BradleyTerryRecipe:
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
         commands = [train_command(config, snapshot_dir, "training.bt_trainer")]
         if export_wanted(config):
-            calibration = [
-                *("--val-file", str(config.data.val_files), "--max-length", str(config.data.max_length)),
-                *("--truncation", config.data.truncation),
-            ]
-            scalar = export(config, "scalar", self.name)
-            commands.append(Command(scalar.name, scalar.argv + calibration))
+            commands.append(scalar_export(config, "scalar", self.name, []))
+        return commands
+
+
+def weights_option(weights: DictConfig | None) -> str | None:
+    """attributes.weights as the export's --attribute-weights: name=weight,..."""
+    return None if weights is None else ",".join(f"{name}={weight}" for name, weight in weights.items())
+
+
+@dataclass(frozen=True)
+class AttributeRecipe:
+    """training.attribute_trainer on rated conversations; exported as a scalar judge with one output per
+    attribute, its weights and its validation MSE / Pearson r per attribute."""
+
+    name: str = "multi-aspect"
+    config_name: str = "attributes"
+
+    def device_overlay(self, device: str) -> dict:
+        return {"trainer.n_gpus_per_node": 1} if device == "cpu" else {}  # CPU: one process uses every core
+
+    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
+        return []
+
+    def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        check = Checker(config, key_names)
+        check_scalar_head_trainer(check)
+        names = check.value("attributes.names")
+        try:
+            names = check_names(list(names) if isinstance(names, ListConfig) else names)
+        except ValueError as err:
+            check.fail("attributes.names", str(err))
+        weights = check.value("attributes.weights")
+        if weights is not None and not isinstance(weights, DictConfig):
+            check.fail("attributes.weights", "must be a mapping {name: weight, ...} or null")
+        try:
+            score_weights(names, weights_option(weights))
+        except ValueError as err:
+            hint = "" if weights else " (the default weights are HelpSteer2's; give attributes.weights)"
+            check.fail("attributes.weights", f"{err}{hint}")
+        check_batch_split(check, world_size(config))
+
+    def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
+        commands = [train_command(config, snapshot_dir, "training.attribute_trainer")]
+        if export_wanted(config):
+            weights = weights_option(config.attributes.weights)
+            options = [] if weights is None else ["--attribute-weights", weights]
+            commands.append(scalar_export(config, "attributes", self.name, options))
         return commands
