@@ -149,3 +149,18 @@ def write_message_files(out_dir: Path, train: int = 32, val: int = 8) -> tuple[P
         paths.append(out_dir / f"{split}.parquet")
         pd.DataFrame(rows).to_parquet(paths[-1])
     return paths[0], paths[1]
+
+
+def placeholder_inputs(tmp_path: Path) -> dict[str, str]:
+    """Knobs naming a placeholder model folder and data files: a dry run only checks that they exist."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    for name in ("train.parquet", "val.parquet"):
+        (tmp_path / name).touch()
+    return {
+        "MODEL_PATH": str(model),
+        "TRAIN_FILE": str(tmp_path / "train.parquet"),
+        "VAL_FILE": str(tmp_path / "val.parquet"),
+        "SAVE_DIR": str(tmp_path / "run"),
+    }

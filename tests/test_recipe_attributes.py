@@ -26,6 +26,7 @@ from tests.launcher_helpers import (
     judge_spec,
     launch_in_process,
     logged_metrics,
+    placeholder_inputs,
     run_launcher,
 )
 from tests.support.servers import start_server
@@ -287,18 +288,7 @@ def test_pearson_of_a_constant_side_is_undefined():
 
 @pytest.fixture
 def inputs(tmp_path) -> dict[str, str]:
-    """Placeholder model folder and data files: a dry run only checks that they exist."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    for name in ("train.parquet", "val.parquet"):
-        (tmp_path / name).touch()
-    return {
-        "MODEL_PATH": str(model),
-        "TRAIN_FILE": str(tmp_path / "train.parquet"),
-        "VAL_FILE": str(tmp_path / "val.parquet"),
-        "SAVE_DIR": str(tmp_path / "run"),
-    }
+    return placeholder_inputs(tmp_path)
 
 
 def test_dry_run_passes_the_weights_to_the_export(inputs, capsys):

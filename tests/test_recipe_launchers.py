@@ -19,6 +19,7 @@ from tests.launcher_helpers import (
     SFT_LAUNCHER,
     composed,
     launch_in_process,
+    placeholder_inputs,
     run_launcher,
 )
 from training.launch.recipe import LaunchError
@@ -32,18 +33,7 @@ CONFIG_FILES = sorted(RECIPES.glob("**/configs/*.yaml"))  # the judge-training r
 
 @pytest.fixture
 def inputs(tmp_path) -> dict[str, str]:
-    """Placeholder model folder and data files: a dry run only checks that they exist."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    for name in ("train.parquet", "val.parquet"):
-        (tmp_path / name).touch()
-    return {
-        "MODEL_PATH": str(model),
-        "TRAIN_FILE": str(tmp_path / "train.parquet"),
-        "VAL_FILE": str(tmp_path / "val.parquet"),
-        "SAVE_DIR": str(tmp_path / "run"),
-    }
+    return placeholder_inputs(tmp_path)
 
 
 def write_config(path: Path, text: str) -> str:

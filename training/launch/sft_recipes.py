@@ -155,18 +155,22 @@ def scalar_export(config: DictConfig, kind: str, recipe: str, options: list[str]
     return Command(command.name, [*command.argv, "--val-file", str(data.val_files), *tokenization, *options])
 
 
-@dataclass(frozen=True)
-class BradleyTerryRecipe:
-    """training.bt_trainer on preference pairs; exported as a scalar judge calibrated on the validation pairs."""
-
-    name: str = "bradley-terry"
-    config_name: str = "bradley_terry"
+class ScalarHeadRecipe:
+    """What the recipes on training.scalar_head_trainer's trainers share."""
 
     def device_overlay(self, device: str) -> dict:
         return {"trainer.n_gpus_per_node": 1} if device == "cpu" else {}  # CPU: one process uses every core
 
     def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         return []
+
+
+@dataclass(frozen=True)
+class BradleyTerryRecipe(ScalarHeadRecipe):
+    """training.bt_trainer on preference pairs; exported as a scalar judge calibrated on the validation pairs."""
+
+    name: str = "bradley-terry"
+    config_name: str = "bradley_terry"
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
         check = Checker(config, key_names)
@@ -189,18 +193,12 @@ def weights_option(weights: DictConfig | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class AttributeRecipe:
+class AttributeRecipe(ScalarHeadRecipe):
     """training.attribute_trainer on rated conversations; exported as a scalar judge with one output per
     attribute, its weights and its validation MSE / Pearson r per attribute."""
 
     name: str = "multi-aspect"
     config_name: str = "attributes"
-
-    def device_overlay(self, device: str) -> dict:
-        return {"trainer.n_gpus_per_node": 1} if device == "cpu" else {}  # CPU: one process uses every core
-
-    def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
-        return []
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
         check = Checker(config, key_names)
