@@ -16,6 +16,7 @@ from judge_rewards.protocol import templates
 from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, JudgeSpec
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
+from tests.reward_adapter_servers import make_system
 from tests.support.models import build_attribute_judge
 from tests.support.servers import PACKAGE_ROOT, start_server
 from tests.test_serving_scalar import assert_clean_shutdown, varied_requests
@@ -85,6 +86,18 @@ def test_the_flag_replaces_the_weights_and_attributes_left_out_weigh_zero(server
     for response, predictions in zip(responses, expected, strict=True):
         assert response["score"] == pytest.approx(expected_score(predictions, FLAG_WEIGHTS), abs=1e-6)
         assert response["metadata"]["attribute_weights"] == {name: FLAG_WEIGHTS.get(name, 0.0) for name in ATTRIBUTES}
+
+
+def test_the_reward_adapter_gets_the_weighted_score_and_the_attributes(server, attribute_judge_dir):
+    prompt, completion = "Explain rain", "Water vapour condenses into drops that fall"
+    (predictions,) = predictions_alone(attribute_judge_dir, [(prompt, completion)])
+    with make_system(server.url, timeout=60.0, fallback_to_rule=False) as system:
+        result = system.reward(prompt, completion)
+    assert (result["source"], result["error"]) == ("judge", None)
+    assert result["reward"] == pytest.approx(expected_score(predictions, FLAG_WEIGHTS), abs=1e-6)
+    assert result["detailed_scores"] == pytest.approx(
+        {name: min(max(value / 4, 0.0), 1.0) for name, value in predictions.items()}, abs=1e-6
+    )
 
 
 def test_compare_reads_the_weighted_sums_of_the_raw_predictions(server, attribute_judge_dir):
