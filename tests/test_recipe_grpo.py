@@ -1,6 +1,6 @@
 """The GRPO recipes end to end on CPU: `bash pointwise/run_pointwise.sh` on a private local Ray and
 `bash pairwise/run_pairwise.sh` submitted as a job to a running `ray start` cluster, each 2 steps of real
-verl on a tiny model, then the export and (pointwise) the judge server loading it.
+verl on a tiny model, then the export and the judge server loading it.
 
 The tiny model is first warm-started by the SFT recipe on judge-format answers, so that GRPO samples
 answers that parse and answers that do not: rewards differ within a group and advantages are non-zero.
@@ -20,6 +20,7 @@ import yaml
 
 from judge_rewards.grpo_rewards import REWARD_KEYS
 from judge_rewards.protocol import templates
+from serving.judges.pairwise import NO_REFERENCE
 from tests.grpo_recipe import (
     COOKBOOK,
     DATA_SOURCE,
@@ -184,4 +185,23 @@ def test_pairwise_is_submitted_to_a_running_cluster(warm_judge, tmp_path, ray_tm
     assert "submitting the training as a Ray job" in output
     assert "succeeded" in output
     assert_trained_with_our_rewards(save_dir)
-    assert_checkpoint_and_export(save_dir, "pairwise")
+    export = assert_checkpoint_and_export(save_dir, "pairwise")
+
+    prompt, better, worse = "What is 2 + 2?", "It is 4.", "It is 5."
+    server_args = ["--model", str(export), "--max-new-tokens", str(SERVED_NEW_TOKENS), "--temperature", "0"]
+    with start_server(server_args, log_path=tmp_path / "server.log") as server:
+        assert httpx.get(f"{server.url}/health").json()["judge_kind"] == "pairwise"
+        with_and_without_reference = [
+            {"prompt": prompt, "completion": better, "answer": worse},
+            {"prompt": prompt, "completion": better},
+        ]
+        judged = httpx.post(
+            f"{server.url}/batch_judge", json={"requests": with_and_without_reference}, timeout=60
+        ).json()["responses"]
+        compared = httpx.post(
+            f"{server.url}/compare", json={"prompt": prompt, "response_a": better, "response_b": worse}, timeout=60
+        ).json()
+    assert (judged[1]["score"], judged[1]["error"]) == (None, NO_REFERENCE)
+    # Both ask the judge the same two questions (the completion / response_a first, then second), so they agree.
+    assert judged[0]["error"] == compared["error"]
+    assert judged[0]["score"] == pytest.approx(compared["score"], abs=1e-4)
