@@ -211,6 +211,16 @@ def test_sft_defaults_come_from_the_script_and_the_recipe_yaml(inputs):
     assert {key: _select(config, key) for key in expected} == expected
 
 
+def test_the_sft_export_records_the_judge_template_the_demonstrations_teach(inputs, capsys):
+    assert launch_in_process(SFT_LAUNCHER, "--dry-run", "launch.prompt_format=pairwise", **inputs) == 0
+    export_line = capsys.readouterr().out.splitlines()[1]
+    assert export_line.startswith("python -m training.export causal-lm")
+    assert export_line.endswith("--prompt-format pairwise")
+    assert launch_in_process(SFT_LAUNCHER, "--dry-run", **inputs) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("--prompt-format pointwise")
+    assert "launch.prompt_format" in refusal(SFT_LAUNCHER, "launch.prompt_format=listwise", **inputs)
+
+
 def test_the_gpu_defaults_apply_with_trainer_device_cuda(inputs):
     config = composed(SFT_LAUNCHER, "trainer.device=cuda", **inputs).config
     assert (config.ulysses_sequence_parallel_size, config.use_remove_padding, config.trainer.n_gpus_per_node) == (

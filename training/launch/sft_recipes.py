@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
+from judge_rewards.protocol.judge_spec import PROMPT_FORMATS
 from training.attributes import check_names, score_weights
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import training_dtype
@@ -118,6 +119,7 @@ class SftRecipe:
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
         check = Checker(config, key_names)
         check_sft_trainer(check)
+        check.choice("launch.prompt_format", PROMPT_FORMATS)
         parallel = check.integer("ulysses_sequence_parallel_size", 1)
         check.boolean("use_remove_padding")
         if parallel > 1 and config.trainer.device == "cpu":
@@ -134,7 +136,8 @@ class SftRecipe:
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
         commands = [train_command(config, snapshot_dir, "verl.trainer.fsdp_sft_trainer")]
         if export_wanted(config):
-            commands.append(export(config, "causal-lm", self.name))
+            command = export(config, "causal-lm", self.name)
+            commands.append(Command(command.name, [*command.argv, "--prompt-format", config.launch.prompt_format]))
         return commands
 
 
