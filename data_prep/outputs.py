@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judge_rewards.protocol import templates
+from judge_rewards.protocol import judge_spec, templates
 
 SFT = "sft"
 BRADLEY_TERRY = "bradley_terry"
@@ -35,7 +35,7 @@ SFT_JUDGE_POINTWISE = "sft_judge_pointwise"
 SFT_JUDGE_PAIRWISE = "sft_judge_pairwise"
 ATTRIBUTES = "attributes"
 # HelpSteer2's five attributes, each rated 0-4; the columns of `attributes/` after `conversation`.
-ATTRIBUTE_NAMES = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
+ATTRIBUTE_NAMES = judge_spec.HELPSTEER2_ATTRIBUTES
 EVAL_FILE = "eval/test.parquet"
 SPLITS = ("train", "val")
 

@@ -28,19 +28,14 @@ JUDGE_KINDS = ("scalar", "generative")
 PROMPT_FORMATS = ("pointwise", "pairwise")
 # A multi-attribute scalar judge predicts each attribute on HelpSteer2's rating scale, 0..ATTRIBUTE_MAX.
 ATTRIBUTE_MAX = 4.0
+HELPSTEER2_ATTRIBUTES = ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
 # The weights NVIDIA recommends for reading Nemotron-4-340B-Reward (trained on HelpSteer2, arXiv 2406.08673)
 # as one scalar reward: its model card (huggingface.co/nvidia/Nemotron-4-340B-Reward, "Model Overview") gives
 # [0, 0, 0, 0, 0.3, 0.74, 0.46, 0.47, -0.33] for its nine outputs, whose last five are these attributes in this
 # order (the first four are not trained). Weights are tuned per model, not a property of the data: an earlier
 # card of nvidia/Llama3-70B-SteerLM-RM recommended helpfulness 0.65, correctness 0.8, coherence 0.45, the rest 0.
 # The paper's own text could not be read here to check it; these are the model card's numbers.
-HELPSTEER2_ATTRIBUTE_WEIGHTS = {
-    "helpfulness": 0.3,
-    "correctness": 0.74,
-    "coherence": 0.46,
-    "complexity": 0.47,
-    "verbosity": -0.33,
-}
+HELPSTEER2_ATTRIBUTE_WEIGHTS = dict(zip(HELPSTEER2_ATTRIBUTES, (0.3, 0.74, 0.46, 0.47, -0.33), strict=True))
 
 
 def sigmoid(z: float) -> float:
