@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
+from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, sigmoid
 from tests.launcher_helpers import (
     ATTRIBUTE_LAUNCHER,
     arithmetic_conversations,
@@ -29,6 +29,7 @@ from tests.launcher_helpers import (
     placeholder_inputs,
     run_launcher,
 )
+from tests.reward_adapter_servers import make_system
 from tests.support.servers import start_server
 from training import attribute_trainer, export
 from training.launch.config import trainer_config
@@ -167,8 +168,9 @@ def test_a_bradley_terry_export_of_the_attribute_checkpoint_is_refused(run, attr
         export.export_scalar_judge(save_dir, tmp_path / "hf", str(attribute_files[1]))
 
 
-def test_the_export_serves_detailed_scores_and_the_weighted_score(run, tmp_path):
-    """Needs the multi-attribute scalar judge of serving/ (detailed_scores and the weighted score)."""
+def test_the_export_serves_judge_compare_and_the_reward_adapter(run, tmp_path):
+    """`python -m serving --model` on the export: detailed_scores and the weighted score on /judge and
+    /batch_judge, /compare on the weighted sums, and JudgeRewardSystem the served reward and attributes."""
     save_dir, _, _ = run
     model_dir = save_dir / "hf"
     conversation_text = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "It is 5."}]
@@ -179,13 +181,30 @@ def test_the_export_serves_detailed_scores_and_the_weighted_score(run, tmp_path)
     expected = (sum(weights[name] * detailed[name] for name in ATTRIBUTES) - negative) / sum(
         abs(weight) for weight in weights.values()
     )
+    other = "I do not know."
     with start_server(["--model", str(model_dir)], log_path=tmp_path / "server.log") as server:
         body = httpx.post(
             f"{server.url}/judge", json={"prompt": "What is 2 + 3?", "completion": "It is 5."}, timeout=60
         ).json()
+        batch = [{"prompt": "What is 2 + 3?", "completion": text} for text in ("It is 5.", other)]
+        judged = httpx.post(f"{server.url}/batch_judge", json={"requests": batch}, timeout=60).json()["responses"]
+        compared = httpx.post(
+            f"{server.url}/compare",
+            json={"prompt": "What is 2 + 3?", "response_a": "It is 5.", "response_b": other},
+            timeout=60,
+        ).json()
+        with make_system(server.url, timeout=60.0, fallback_to_rule=False) as system:
+            reward = system.reward("What is 2 + 3?", "It is 5.")
     assert body["error"] is None
     assert body["detailed_scores"] == pytest.approx(detailed, abs=1e-4)
     assert body["score"] == pytest.approx(expected, abs=1e-4)
+    assert judged[0]["score"] == pytest.approx(expected, abs=1e-4)
+    sums = [sum(weights[name] * r["metadata"]["attribute_predictions"][name] for name in ATTRIBUTES) for r in judged]
+    assert compared["score"] == pytest.approx(sigmoid(sums[0] - sums[1]), abs=1e-4)
+    assert (reward["reward"], reward["detailed_scores"]) == (
+        pytest.approx(expected, abs=1e-4),
+        pytest.approx(detailed, abs=1e-4),
+    )
 
 
 def test_a_bad_row_stops_the_trainer_naming_file_row_and_field(tiny_model_dir, attribute_files, tmp_path):

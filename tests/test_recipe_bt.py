@@ -14,12 +14,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
 import torch
 import yaml
 
+from judge_rewards.protocol.judge_spec import sigmoid
 from tests.launcher_helpers import BT_LAUNCHER, judge_spec, logged_metrics, run_launcher, write_pair_files
+from tests.reward_adapter_servers import make_system
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -154,6 +158,31 @@ def test_the_exported_judge_gives_the_trained_models_rewards(runs, pair_files, n
     assert spec["trained_with"]["train_file"] == str(pair_files[0])
     config = AutoConfig.from_pretrained(model_dir)
     assert config.architectures == ["LlamaForSequenceClassification"] and config.num_labels == 1
+
+
+def test_the_export_serves_judge_compare_and_the_reward_adapter(runs, tmp_path):
+    """`python -m serving --model` on the export: /batch_judge gives each completion's raw reward, /compare the
+    Bradley-Terry probability of the two, and JudgeRewardSystem the served score."""
+    from transformers import AutoModelForSequenceClassification
+
+    model_dir = runs["a"].save_dir / "hf"
+    prompt, right, unsure = "What is 2 + 3?", "It is 5.", "I do not know."
+    expected = conversation_rewards(
+        model_dir,
+        [[{"role": "user", "content": prompt}, {"role": "assistant", "content": text}] for text in (right, unsure)],
+        AutoModelForSequenceClassification,
+    ).tolist()
+    requests = [{"prompt": prompt, "completion": text} for text in (right, unsure)]
+    with start_server(["--model", str(model_dir)], log_path=tmp_path / "server.log") as server:
+        judged = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=60).json()["responses"]
+        compared = httpx.post(
+            f"{server.url}/compare", json={"prompt": prompt, "response_a": right, "response_b": unsure}, timeout=60
+        ).json()
+        with make_system(server.url, timeout=60.0, fallback_to_rule=False) as system:
+            reward = system.reward(prompt, right)
+    assert [r["metadata"]["raw_reward"] for r in judged] == pytest.approx(expected, abs=1e-4)
+    assert compared["score"] == pytest.approx(sigmoid(expected[0] - expected[1]), abs=1e-4)
+    assert (reward["source"], reward["reward"]) == ("judge", pytest.approx(judged[0]["score"], abs=1e-6))
 
 
 def test_verls_reward_worker_class_reads_the_same_rewards(runs, pair_files):

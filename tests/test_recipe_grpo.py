@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from judge_rewards.grpo_rewards import REWARD_KEYS
+from judge_rewards.judge_client import JudgeUnavailableError
 from judge_rewards.protocol import templates
 from serving.judges.pairwise import NO_REFERENCE
 from tests.grpo_recipe import (
@@ -34,6 +35,7 @@ from tests.grpo_recipe import (
     write_rl_data,
 )
 from tests.launcher_helpers import logged_metrics
+from tests.reward_adapter_servers import make_system
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -148,7 +150,19 @@ def test_pointwise_runs_on_a_local_ray_exports_and_serves(warm_judge, tmp_path, 
         health = httpx.get(f"{server.url}/health").json()
         assert (health["judge_kind"], health["model_loaded"]) == ("generative", True)
         body = httpx.post(f"{server.url}/judge", json={**question, "request_id": "g1"}, timeout=60).json()
+        batch = httpx.post(f"{server.url}/batch_judge", json={"requests": [question]}, timeout=60).json()
+        comparison = {"prompt": question["prompt"], "response_a": "It is 4.", "response_b": "It is 5."}
+        refused = httpx.post(f"{server.url}/compare", json=comparison, timeout=60)
+        with make_system(server.url, timeout=60.0, fallback_to_rule=False) as system:
+            try:
+                adapter_reward = system.reward(question["prompt"], question["completion"])["reward"]
+            except JudgeUnavailableError as err:
+                adapter_reward = str(err)
     assert body["request_id"] == "g1"
+    assert (batch["responses"][0]["score"], batch["responses"][0]["error"]) == (body["score"], body["error"])
+    assert refused.status_code == 400 and "hosts a generative judge" in refused.json()["detail"]
+    # The adapter passes on the judge's score, or its error when there is no score (no rule fallback here).
+    assert adapter_reward == body["score"] if body["error"] is None else body["error"] in adapter_reward
     answer = greedy_pointwise_answer(export, question["prompt"], question["completion"])
     judgement = templates.parse_pointwise(answer)
     if judgement.ok:  # whether a 2-step judge answers in format is the model's business; the server must agree
