@@ -315,6 +315,8 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(tmp_path):
             uploading.putheader("Content-Type", "application/json")
             uploading.putheader("Content-Length", str(len(body)))
             uploading.endheaders(body[:20])
+            # The server must have read the headers first: a connection with nothing read yet is idle to it.
+            wait_until_read(running.url, client_port=uploading.sock.getsockname()[1])
             running.process.send_signal(signal.SIGTERM)
             wait_for_log_line(running, "Shutting down")
             uploading.send(body[20:])
@@ -326,6 +328,26 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(tmp_path):
         assert "Traceback" not in running.log()
     finally:
         running.kill()
+
+
+def wait_until_read(url: str, client_port: int) -> None:
+    """Waits until the server's end of the connection from `client_port` has nothing unread in its receive
+    queue (Linux's /proc/net/tcp: `rx_queue` of the socket whose local port is the server's)."""
+    server_port = int(url.rsplit(":", 1)[1])
+    deadline = time.monotonic() + WAIT_S
+    while (unread := _server_side_unread(server_port, client_port)) != 0:
+        assert time.monotonic() < deadline, f"the server left {unread} bytes unread"
+        time.sleep(0.01)
+
+
+def _server_side_unread(server_port: int, client_port: int) -> int | None:
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            local_port, remote_port = (int(address.split(":")[1], 16) for address in fields[1:3])
+            if (local_port, remote_port) == (server_port, client_port):
+                return int(fields[4].split(":")[1], 16)
+    return None
 
 
 def wait_for_log_line(running, line: str) -> None:
