@@ -138,12 +138,13 @@ def write_rl_data(directory: Path, mode: str, train_rows: int = 8, val_rows: int
     return paths[0], paths[1]
 
 
-def judge_sft_rows(count: int) -> list[dict]:
-    """SFT conversations that end in a well-formed judge answer (no reasoning), both modes alternating."""
+def judge_sft_rows(mode: str, count: int) -> list[dict]:
+    """SFT conversations of one mode that end in a well-formed judge answer (no reasoning) whose value does not
+    follow from the question: a model trained on them answers in format with a value it has to guess."""
     rows = []
     for index in range(count):
         question, answer = f"What is {index} + {index}?", f"It is {2 * index}."
-        if index % 2:
+        if mode == "pointwise":
             messages = templates.pointwise_messages(question, answer)
             reply = f"<score>{index % 5}</score>"
         else:
