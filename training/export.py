@@ -191,6 +191,32 @@ def _staging_dir(out_dir: Path) -> Path:
     return staging
 
 
+def _staged_model(checkpoint: Path, out_dir: Path, dtype: str | None, config, tokenizer, auto_class) -> Path:
+    """A staging folder next to `out_dir` with the checkpoint's merged weights as `auto_class` and the tokenizer."""
+    staging = _staging_dir(out_dir)
+    _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, auto_class, staging)
+    tokenizer.save_pretrained(staging)
+    return staging
+
+
+def _check_pad_token(checkpoint: Path, config, tokenizer, judge: str) -> None:
+    """Scalar judges score padded batches from the last real token: the config must know the pad token."""
+    if config.pad_token_id is None or config.pad_token_id != tokenizer.pad_token_id:
+        raise ValueError(
+            f"{checkpoint}: {judge} needs the tokenizer's pad token id ({tokenizer.pad_token_id}) in its config; "
+            f"it has pad_token_id={config.pad_token_id}"
+        )
+
+
+def _scoring_model(model_dir: Path):
+    """The exported sequence classifier and its tokenizer, on the GPU if there is one, for validation scores."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype="auto").to(device).eval()
+    return AutoTokenizer.from_pretrained(model_dir), model
+
+
 def _trained_with(checkpoint: Path, trained_with: dict | None) -> dict:
     return {**(trained_with or {}), "steps": checkpoint_step(checkpoint), "checkpoint": str(checkpoint.resolve())}
 
@@ -214,9 +240,7 @@ def export_causal_lm(
     checkpoint, out_dir = resolve_checkpoint(checkpoint_dir), Path(out_dir)
     config = _load_config(checkpoint, "ForCausalLM")
     tokenizer = _load_tokenizer(checkpoint)
-    staging = _staging_dir(out_dir)
-    _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForCausalLM, staging)
-    tokenizer.save_pretrained(staging)
+    staging = _staged_model(checkpoint, out_dir, dtype, config, tokenizer, AutoModelForCausalLM)
     generation_config = checkpoint / HF_SUBDIR / "generation_config.json"
     if generation_config.is_file():
         shutil.copy(generation_config, staging / generation_config.name)
@@ -235,15 +259,11 @@ def export_causal_lm(
 def validation_rewards(model_dir: Path, val_file: str, max_length: int, truncation: str):
     """The validation pairs (a PairDataset), tokenized as in training, and the exported model's rewards of
     their sequences: pair 0's chosen and rejected, then pair 1's, and so on."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     from serving.judges.scalar_model import sequence_rewards
     from training.bt_trainer import PairDataConfig, PairDataset
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer, model = _scoring_model(model_dir)
     pairs = PairDataset(val_file, tokenizer, PairDataConfig(max_length, truncation, need_margin=False))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype="auto").to(device).eval()
     sequences = [ids for chosen, rejected, _ in pairs.pairs for ids in (chosen, rejected)]
     rewards = sequence_rewards(
         model, sequences, tokenizer.pad_token_id, SCORING_MAX_PADDING_FRACTION, max_batch_size=SCORING_BATCH_SIZE
@@ -282,15 +302,12 @@ def export_scalar_judge(
     checkpoint, out_dir = resolve_checkpoint(checkpoint_dir), Path(out_dir)
     config = _load_config(checkpoint, "ForSequenceClassification")
     tokenizer = _load_tokenizer(checkpoint)
-    if config.num_labels != 1 or config.pad_token_id is None or config.pad_token_id != tokenizer.pad_token_id:
+    if config.num_labels != 1:
         raise ValueError(
-            f"{checkpoint}: a scalar judge needs num_labels=1 and the tokenizer's pad token id "
-            f"({tokenizer.pad_token_id}) in its config; it has num_labels={config.num_labels}, "
-            f"pad_token_id={config.pad_token_id}"
+            f"{checkpoint}: a scalar judge needs num_labels=1 (one reward); it has num_labels={config.num_labels}"
         )
-    staging = _staging_dir(out_dir)
-    _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForSequenceClassification, staging)
-    tokenizer.save_pretrained(staging)
+    _check_pad_token(checkpoint, config, tokenizer, "a scalar judge")
+    staging = _staged_model(checkpoint, out_dir, dtype, config, tokenizer, AutoModelForSequenceClassification)
     summary = validation_summary(*validation_rewards(staging, val_file, max_length, truncation))
     if not summary["reward_scale"] > 0:
         raise ValueError(
@@ -324,15 +341,11 @@ def checkpoint_attributes(checkpoint: Path, config) -> list[str]:
 def validation_outputs(model_dir: Path, val_file: str, attributes: list[str], max_length: int, truncation: str):
     """The validation conversations (an AttributeDataset), tokenized as in training, and the exported model's
     outputs for them, (conversations, attributes)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     from serving.judges.scalar_model import sequence_outputs
     from training.attribute_trainer import AttributeDataConfig, AttributeDataset
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer, model = _scoring_model(model_dir)
     rows = AttributeDataset(val_file, tokenizer, AttributeDataConfig(max_length, truncation, tuple(attributes)))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype="auto").to(device).eval()
     outputs = sequence_outputs(
         model, [ids for ids, _ in rows.items], tokenizer.pad_token_id, SCORING_MAX_PADDING_FRACTION,
         max_batch_size=SCORING_BATCH_SIZE,
@@ -378,16 +391,10 @@ def export_attribute_judge(
     checkpoint, out_dir = resolve_checkpoint(checkpoint_dir), Path(out_dir)
     config = _load_config(checkpoint, "ForSequenceClassification")
     tokenizer = _load_tokenizer(checkpoint)
-    if config.pad_token_id is None or config.pad_token_id != tokenizer.pad_token_id:
-        raise ValueError(
-            f"{checkpoint}: an attribute judge needs the tokenizer's pad token id ({tokenizer.pad_token_id}) "
-            f"in its config; it has pad_token_id={config.pad_token_id}"
-        )
+    _check_pad_token(checkpoint, config, tokenizer, "an attribute judge")
     attributes = checkpoint_attributes(checkpoint, config)
     weights = score_weights(attributes, attribute_weights)
-    staging = _staging_dir(out_dir)
-    _write_model(merged_state_dict(checkpoint, DTYPES.get(dtype)), config, AutoModelForSequenceClassification, staging)
-    tokenizer.save_pretrained(staging)
+    staging = _staged_model(checkpoint, out_dir, dtype, config, tokenizer, AutoModelForSequenceClassification)
     validation = attribute_summary(
         *validation_outputs(staging, val_file, attributes, max_length, truncation), attributes
     )
