@@ -280,3 +280,27 @@ def test_the_value_offset_is_that_of_the_answer_after_the_reasoning():
     text = "<think>I would say <score>1</score></think> <score> 3</score>"
     assert templates.parse_pointwise(text).value == 3
     assert text[templates.answer_value_offset(text, templates.POINTWISE_TAG) :] == "3</score>"
+
+
+def test_recorded_candidate_logprobs_are_those_of_the_raw_logits_of_every_step(tiny_model_dir):
+    """The recorder keeps only the candidates' columns, step by step; they must equal the log-softmax of the whole
+    raw logits that generate's `output_logits` returns (a padded batch, sampled at temperature 0.7 with a
+    repetition penalty: neither may leak into them), and the hook must be gone afterwards."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from serving.judges.generative import CandidateRecorder
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    batch = tokenizer.pad({"input_ids": [[5, 6, 7, 8, 9], [10, 11]]}, return_tensors="pt")
+    candidates = [3, 17, 42]
+    settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": True, "temperature": 0.7}
+    torch.manual_seed(0)
+    with torch.inference_mode(), CandidateRecorder(model, candidates) as recorder:
+        output = model.generate(
+            **batch, **settings, repetition_penalty=1.5, return_dict_in_generate=True, output_logits=True
+        )
+    expected = torch.stack([torch.log_softmax(step.float(), dim=-1)[:, candidates] for step in output.logits], 1)
+    torch.testing.assert_close(torch.tensor(recorder.logprobs()), expected, atol=1e-5, rtol=0)
+    assert len(recorder.logprobs()[0]) == 6 and not model._forward_hooks

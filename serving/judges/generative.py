@@ -209,8 +209,8 @@ def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]
 
 class TransformersGenerator:
     """Batched `generate` of a transformers causal LM, left-padded, in groups of similar prompt lengths. With
-    `candidate_ids`, each step's raw logits are kept until the group's generation ends, then reduced to the
-    candidates' log-probabilities."""
+    `candidate_ids`, each step's raw logits are reduced to the candidates' log-probabilities as they come
+    (CandidateRecorder), never kept whole: `output_logits` would hold steps x rows x vocabulary floats."""
 
     def __init__(self, config: JudgeConfig, tokenizer, candidate_ids: Sequence[int] = ()):
         import torch
@@ -238,18 +238,11 @@ class TransformersGenerator:
 
     def _generate_padded(self, prompts: list[list[int]]) -> list[Generation]:
         batch = self._tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self._device)
-        with self._torch.inference_mode():
+        with self._torch.inference_mode(), CandidateRecorder(self._model, self._candidate_ids) as recorder:
             output = self._model.generate(**batch, **self._sampling_arguments())
-            logprobs = self._candidate_logprobs(output.logits) if self._candidate_ids else None
         new_tokens = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
+        logprobs = recorder.logprobs()
         return [self._generation(tokens, logprobs[row] if logprobs else []) for row, tokens in enumerate(new_tokens)]
-
-    def _candidate_logprobs(self, step_logits) -> list[list[list[float]]]:
-        """[row][step][candidate] log-probabilities: a log-softmax over the whole vocabulary of each step's
-        raw logits, then the candidates' columns."""
-        columns = self._torch.tensor(self._candidate_ids, device=step_logits[0].device)
-        steps = [self._torch.log_softmax(logits.float(), dim=-1)[:, columns] for logits in step_logits]
-        return self._torch.stack(steps, dim=1).tolist()
 
     def _sampling_arguments(self) -> dict:
         config = self._config
@@ -258,7 +251,6 @@ class TransformersGenerator:
             "pad_token_id": self._tokenizer.pad_token_id,
             "eos_token_id": sorted(self._stop_ids),
             "return_dict_in_generate": True,
-            "output_logits": bool(self._candidate_ids),
         }
         if config.temperature > 0:
             return {**arguments, "do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
@@ -273,6 +265,40 @@ class TransformersGenerator:
             hit_token_limit=stop is None,
             candidate_logprobs=tuple(tuple(step) for step in logprobs[: len(kept)]),
         )
+
+
+class CandidateRecorder:
+    """While in use, records at every forward of `model` (one per generated step) the log-softmax over the whole
+    vocabulary of the last position's raw logits, at the `candidate_ids` columns only. A forward hook rather than
+    a logits processor: generate runs custom processors after penalties from the model's generation config."""
+
+    def __init__(self, model, candidate_ids: Sequence[int]):
+        self._model = model
+        self._candidate_ids = list(candidate_ids)
+        self._steps = []
+        self._hook = None
+
+    def __enter__(self) -> CandidateRecorder:
+        if self._candidate_ids:
+            self._hook = self._model.register_forward_hook(self._record)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+
+    def _record(self, module, args, output) -> None:
+        import torch
+
+        logits = output.logits[:, -1, :].float()
+        columns = torch.tensor(self._candidate_ids, device=logits.device)
+        self._steps.append(torch.log_softmax(logits, dim=-1)[:, columns])
+
+    def logprobs(self) -> list[list[list[float]]]:
+        """[row][step][candidate] log-probabilities; empty without candidates."""
+        import torch
+
+        return torch.stack(self._steps, dim=1).tolist() if self._steps else []
 
 
 def _stop_token_ids(generation_config, tokenizer) -> set[int]:
