@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import httpx
@@ -166,6 +167,18 @@ def test_a_bradley_terry_export_of_the_attribute_checkpoint_is_refused(run, attr
     save_dir, _, _ = run
     with pytest.raises(ValueError, match="num_labels=1 .* it has num_labels=5"):
         export.export_scalar_judge(save_dir, tmp_path / "hf", str(attribute_files[1]))
+
+
+def test_a_checkpoint_whose_config_does_not_know_the_pad_token_is_refused(run, attribute_files, tmp_path):
+    """Scalar judges find each sequence's last real token from the pad id: an export must not go without it."""
+    save_dir, _, _ = run
+    checkpoint = tmp_path / "global_step_1"
+    shutil.copytree(export.resolve_checkpoint(save_dir), checkpoint)
+    config_file = checkpoint / export.HF_SUBDIR / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "pad_token_id": None}))
+    with pytest.raises(ValueError, match="needs the tokenizer's pad token id .* it has pad_token_id=None"):
+        export.export_attribute_judge(checkpoint, tmp_path / "hf", str(attribute_files[1]))
+    assert not (tmp_path / "hf").exists()
 
 
 def test_the_export_serves_judge_compare_and_the_reward_adapter(run, tmp_path):
