@@ -277,6 +277,7 @@ class CandidateRecorder:
         self._candidate_ids = list(candidate_ids)
         self._steps = []
         self._hook = None
+        self._columns = None  # the candidate ids as a tensor on the logits' device, made at the first step
 
     def __enter__(self) -> CandidateRecorder:
         if self._candidate_ids:
@@ -291,8 +292,9 @@ class CandidateRecorder:
         import torch
 
         logits = output.logits[:, -1, :].float()
-        columns = torch.tensor(self._candidate_ids, device=logits.device)
-        self._steps.append(torch.log_softmax(logits, dim=-1)[:, columns])
+        if self._columns is None:
+            self._columns = torch.tensor(self._candidate_ids, device=logits.device)
+        self._steps.append(torch.log_softmax(logits, dim=-1)[:, self._columns])
 
     def logprobs(self) -> list[list[list[float]]]:
         """[row][step][candidate] log-probabilities; empty without candidates."""
