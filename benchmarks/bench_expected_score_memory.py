@@ -1,6 +1,6 @@
 """Benchmark 5: memory of a generative judge's expected scores on the transformers backend.
 
-    python -m benchmarks.bench_expected_score_memory --base-model runs/demo/models/smollm2   # ~6 min here
+    python -m benchmarks.bench_expected_score_memory --base-model runs/demo/models/smollm2   # ~17 min here
     python -m benchmarks.bench_expected_score_memory --base-model DIR --smoke --results-dir /tmp/results
 
 An expected score needs, at the step that writes the answer's value, the judge's probabilities of the value
@@ -171,10 +171,9 @@ def main() -> None:
         args.rows, args.new_tokens, args.repetitions = 4, 16, 2
     results = compare(args)
     settings = {"rows": args.rows, "new_tokens": args.new_tokens, "repetitions": args.repetitions}
-    paths = write_results(
-        args.name, {"settings": settings, "methods": results}, report(results, args), args.results_dir
-    )
-    print(report(results, args), *paths, sep="\n")
+    markdown = report(results, args)
+    paths = write_results(args.name, {"settings": settings, "methods": results}, markdown, args.results_dir)
+    print(markdown, *paths, sep="\n")
 
 
 if __name__ == "__main__":
