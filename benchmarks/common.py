@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = RESULTS_DIR.parents[1]
 
 
 def machine() -> dict:
@@ -123,20 +125,27 @@ def command_line() -> str:
 
 
 def write_results(name: str, results: dict, markdown: str, out_dir: Path = RESULTS_DIR) -> tuple[Path, Path]:
-    """`<name>.json` (everything) and `<name>.md` (the table, the machine and the command)."""
+    """`<name>.json` (everything) and `<name>.md` (the table, the machine and the command). Paths inside the
+    repository are written relative to it: results name no checkout's location."""
     out_dir.mkdir(parents=True, exist_ok=True)
     info = machine()
     payload = {"benchmark": name, "command": command_line(), "machine": info, **results}
     json_path = out_dir / f"{name}.json"
-    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    json_path.write_text(repo_relative(json.dumps(payload, indent=2) + "\n"))
     footer = (
         f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, no GPU; "
         f"torch {info['torch']}, transformers {info['transformers']}; commit {info['commit']}, {info['date']}.\n"
         f"Command: `{payload['command']}`\n"
     )
     md_path = out_dir / f"{name}.md"
-    md_path.write_text(markdown.rstrip() + "\n" + footer)
+    md_path.write_text(repo_relative(markdown.rstrip() + "\n" + footer))
     return json_path, md_path
+
+
+def repo_relative(text: str) -> str:
+    """`text` with every absolute path inside the repository made relative to it (the commands run there)."""
+    inside = re.compile(re.escape(str(REPO_ROOT)) + r"(?:/|(?![\w.-]))")
+    return inside.sub(lambda match: "" if match.group().endswith("/") else ".", text)
 
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:
