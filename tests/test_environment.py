@@ -75,22 +75,3 @@ def test_the_commands_the_demo_prints_last_work_in_a_new_shell(tmp_path):
         assert f"usage: python -m {module}" in entered.stdout
         # The check can fail: without entering the environment, the same command does not run.
         assert run_in_a_new_shell(f"{command} --help", tmp_path).returncode != 0
-
-
-def test_every_python_m_module_that_a_readme_names_imports():
-    readmes = [
-        path
-        for pattern in ("README.md", "*/README.md", "cookbooks/**/README.md")
-        for path in REPO_ROOT.glob(pattern)
-        if not path.relative_to(REPO_ROOT).parts[0].startswith(".")
-    ]
-    named = {
-        (path.relative_to(REPO_ROOT), module)
-        for path in readmes
-        for module in re.findall(r"\bpython3? -m ([A-Za-z_][\w.]*\w)", path.read_text())
-    }
-    assert {"serving", "data_prep", "evaluation", "training.export"} <= {module for _, module in named}
-    missing = sorted(
-        f"{path}: python -m {module}" for path, module in named if importlib.util.find_spec(module) is None
-    )
-    assert not missing, "\n".join(missing)
