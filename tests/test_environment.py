@@ -1,5 +1,5 @@
 """The pinned stack holds together (what verl 0.6.1 needs from its neighbours at import time), and the commands
-that the demo and the READMEs give work in a user's shell."""
+that the demo prints last work in a user's shell (the READMEs' commands: tests/test_readme_commands.py)."""
 
 import importlib.util
 import re

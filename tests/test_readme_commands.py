@@ -140,14 +140,16 @@ def fresh_shell_env(home: Path) -> dict[str, str]:
 
 
 def workspace(root: Path) -> Path:
-    """A scratch copy of the repository's layout: cookbooks/ copied (blocks `cd` into it and write there),
-    the rest linked."""
+    """A scratch copy of the repository's tracked layout: cookbooks/ copied (blocks `cd` into it and write
+    there), the rest linked; nothing of a checkout's own runs, data or models."""
     root.mkdir(parents=True, exist_ok=True)
-    for entry in REPO_ROOT.iterdir():
-        if entry.name == "cookbooks":
-            shutil.copytree(entry, root / entry.name)
-        elif not entry.name.startswith("."):
-            (root / entry.name).symlink_to(entry)
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    tracked = [path for path in listed.splitlines() if (REPO_ROOT / path).exists()]
+    for path in (path for path in tracked if path.startswith("cookbooks/")):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / path, root / path)
+    for name in sorted({path.split("/", 1)[0] for path in tracked} - {"cookbooks", ".ci", ".gitignore"}):
+        (root / name).symlink_to(REPO_ROOT / name)
     return root
 
 
@@ -232,6 +234,11 @@ def test_every_shell_block_is_run_here_or_marked_not_runnable():
         f"RUN names {key}, which matches {len(matching)} unmarked blocks, not 1"
         for key in RUN
         if len(matching := runnable_blocks_named(key, blocks)) != 1
+    ]
+    problems += [
+        f"RUN names {key} as run by {run}, which is no test here"
+        for key, run in RUN.items()
+        if isinstance(run, str) and not callable(globals().get(run))
     ]
     assert not problems, "\n".join(problems)
 
