@@ -13,6 +13,7 @@ A new block that is neither fails the suite, and so does a RUN entry whose block
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -182,13 +183,18 @@ class Run:
     """How a block runs here beyond the workspace and its stand-in models and data."""
 
     links: tuple[tuple[str, str], ...] = ()  # (workspace path, stand-in: scalar, generative, offline, small_eval)
-    judge: bool = False  # a rule judge answers at the documented port (the block talks to a running judge)
+    judge: str | None = None  # rule or scalar: a judge of that kind answers at the documented port
+    responses: str | None = None  # keys or values: the JSON it prints matches the recorded one's keys or values
     cwd: str = "."  # where the block's own text says it runs
     recorded: bool = False  # a recorded session: its output lines must appear in what the commands print
 
 
 GRPO = "cookbooks/training_judge_model/grpo"
 SMOLLM2_FIRST = "python -m data_prep base-model smollm2 --out ./models/smollm2"
+SCALAR_JUDGE_REQUEST = (
+    '$ curl -s localhost:8888/judge -H \'Content-Type: application/json\' -d \'{"prompt": "What is 2+2?", '
+    '"completion": "The answer is **boxed{4}**", "answer"'
+)
 # The blocks run here, by (README, start of the first line): a Run, or the test that runs it.
 RUN: dict[tuple[str, str], Run | str] = {
     ("README.md", "source .venv/bin/activate"): "test_entering_the_environment",
@@ -199,7 +205,7 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("cookbooks/rl_with_judge_reward/README.md", "python -m data_prep offline --out ./data"): (
         "test_the_offline_data_command_writes_the_policy_data"
     ),
-    ("cookbooks/rl_with_judge_reward/README.md", SMOLLM2_FIRST): Run(links=(("data", "offline"),), judge=True),
+    ("cookbooks/rl_with_judge_reward/README.md", SMOLLM2_FIRST): Run(links=(("data", "offline"),), judge="rule"),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
     (
         "cookbooks/training_judge_model/bradley-terry/README.md",
@@ -216,8 +222,10 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("cookbooks/training_judge_model/sft/README.md", SMOLLM2_FIRST): Run(),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
-    ("serving/README.md", "$ curl -s localhost:8888/batch_judge"): Run(judge=True),
-    ("serving/README.md", "$ curl -s localhost:8888/health"): Run(judge=True),
+    ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
+    ("serving/README.md", "$ curl -s localhost:8888/batch_judge"): Run(judge="rule", responses="values"),
+    ("serving/README.md", "$ curl -s localhost:8888/compare"): Run(judge="scalar", responses="keys"),
+    ("serving/README.md", "$ curl -s localhost:8888/health"): Run(judge="scalar", responses="keys"),
 }
 
 
@@ -337,6 +345,35 @@ def rule_judge(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def scalar_judge(tiny_scalar_judge_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("scalar_judge") / "server.log"
+    with start_server(["--model", str(tiny_scalar_judge_dir)], log) as server:
+        yield server
+
+
+def json_lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def without(value, names: set[str]):
+    """`value` with the dict keys of `names` dropped, at any depth."""
+    if isinstance(value, dict):
+        return {key: without(item, names) for key, item in value.items() if key not in names}
+    if isinstance(value, list):
+        return [without(item, names) for item in value]
+    return value
+
+
+def key_shape(value):
+    """The dict keys of `value`, at any depth (values left out)."""
+    if isinstance(value, dict):
+        return {key: key_shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [key_shape(item) for item in value]
+    return None
+
+
+@pytest.fixture(scope="module")
 def small_eval(offline_data, tmp_path_factory) -> Path:
     """The offline data with an eval file of its first 8 rows: a judge scores it in seconds."""
     import pyarrow.parquet as pq
@@ -366,7 +403,7 @@ def test_a_readme_block_runs_here(key, request, tmp_path, offline_data, tiny_mod
     for path, stand_in in run.links:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).symlink_to(request.getfixturevalue(STAND_IN_FIXTURES[stand_in]))
-    port = int(request.getfixturevalue("rule_judge").url.rsplit(":", 1)[1]) if run.judge else None
+    port = int(request.getfixturevalue(f"{run.judge}_judge").url.rsplit(":", 1)[1]) if run.judge else None
 
     result = run_block(block, root, {"model": tiny_model_dir, "data": offline_data}, port, run.cwd, not run.recorded)
 
@@ -374,6 +411,13 @@ def test_a_readme_block_runs_here(key, request, tmp_path, offline_data, tiny_mod
     if run.recorded:
         recorded = [line for line in block.text.splitlines() if not line.startswith("$ ") and line.strip()]
         assert [line for line in recorded if line not in printed] == [], printed[-3000:]
+    if run.responses:
+        recorded, answered = json_lines(block.text), json_lines(result.stdout)
+        assert len(answered) == len(recorded) > 0, printed[-3000:]
+        if run.responses == "values":  # all but the timing
+            assert without(answered, {"latency"}) == without(recorded, {"latency"})
+        else:
+            assert key_shape(answered) == key_shape(recorded)
     launchers = sum(bool(LAUNCHER.search(command)) for command in commands(block.text))
     if not run.recorded:
         assert printed.count("dry run: the config is valid; nothing was started") == launchers, printed[-3000:]
