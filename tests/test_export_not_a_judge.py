@@ -15,6 +15,8 @@ from transformers import AutoModelForCausalLM
 from tests.conftest import REPO_ROOT
 from training import export
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tiny_model_dir, tmp_path_factory):

@@ -98,6 +98,7 @@ def run(tiny_model_dir, attribute_files, tmp_path_factory):
     return save_dir, logged_metrics(result.stdout), result.stdout
 
 
+@pytest.mark.e2e
 def test_loss_falls_and_every_metric_is_logged_and_finite(run):
     _, metrics, log = run
     assert sorted(metrics) == list(range(1, STEPS + 1))
@@ -126,6 +127,7 @@ def conversation_outputs(model_dir: Path, conversations: list[list[dict]]) -> np
     return np.stack(outputs)
 
 
+@pytest.mark.e2e
 def test_the_exported_judge_gives_the_trained_models_outputs(run, attribute_files):
     """The trainer's final validation (FSDP model, batched, padded) is recomputed from the exported folder."""
     from transformers import AutoConfig
@@ -153,6 +155,7 @@ def test_the_exported_judge_gives_the_trained_models_outputs(run, attribute_file
     assert [config.id2label[index] for index in range(config.num_labels)] == ATTRIBUTES
 
 
+@pytest.mark.e2e
 def test_weights_given_to_the_export_replace_the_defaults_and_bad_ones_are_refused(run, attribute_files, tmp_path):
     save_dir, _, _ = run
     val_file = str(attribute_files[1])
@@ -163,12 +166,14 @@ def test_weights_given_to_the_export_replace_the_defaults_and_bad_ones_are_refus
         export.export_attribute_judge(save_dir, tmp_path / "bad", val_file, "kindness=1")
 
 
+@pytest.mark.e2e
 def test_a_bradley_terry_export_of_the_attribute_checkpoint_is_refused(run, attribute_files, tmp_path):
     save_dir, _, _ = run
     with pytest.raises(ValueError, match="num_labels=1 .* it has num_labels=5"):
         export.export_scalar_judge(save_dir, tmp_path / "hf", str(attribute_files[1]))
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_whose_config_does_not_know_the_pad_token_is_refused(run, attribute_files, tmp_path):
     """Scalar judges find each sequence's last real token from the pad id: an export must not go without it."""
     save_dir, _, _ = run
@@ -181,6 +186,7 @@ def test_a_checkpoint_whose_config_does_not_know_the_pad_token_is_refused(run, a
     assert not (tmp_path / "hf").exists()
 
 
+@pytest.mark.e2e
 def test_the_export_serves_judge_compare_and_the_reward_adapter(run, tmp_path):
     """`python -m serving --model` on the export: detailed_scores and the weighted score on /judge and
     /batch_judge, /compare on the weighted sums, and JudgeRewardSystem the served reward and attributes."""

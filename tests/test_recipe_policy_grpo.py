@@ -110,10 +110,11 @@ def valid_knobs(policy_data, tiny_model_dir, judge_url) -> dict:
     }
 
 
+DEAD_JUDGE_URL = f"http://127.0.0.1:{free_port()}"
 BAD_INPUTS = [
     ({"JUDGE_MODEL_URL": ""}, f"{JUDGE_URL_KEY} = '': not set: serve a judge (python -m serving --model JUDGE_DIR)"),
     ({"JUDGE_MODEL_URL": "judge-host:8888"}, "must be a judge server's base URL"),
-    ({"JUDGE_MODEL_URL": f"http://127.0.0.1:{free_port()}"}, "no judge server answers GET /health"),
+    ({"JUDGE_MODEL_URL": DEAD_JUDGE_URL}, "no judge server answers GET /health"),
     ({"JUDGE_MODEL_API_KEY": ""}, "the judge requires an API key (HTTP 401): set JUDGE_MODEL_API_KEY"),
     ({"JUDGE_MODEL_API_KEY": "wrong"}, "the judge refuses JUDGE_MODEL_API_KEY (HTTP 401)"),
     ({"REWARD_MANAGER": "prime"}, "reward_model.reward_manager (REWARD_MANAGER) = prime: must be one of: batch, naive"),
@@ -127,7 +128,12 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize(
-    "knobs, message", BAD_INPUTS, ids=[",".join(f"{k}={v}" for k, v in knobs.items()) for knobs, _ in BAD_INPUTS]
+    "knobs, message",
+    BAD_INPUTS,
+    # The free port differs between pytest-xdist's workers, whose collected ids must agree.
+    ids=[
+        ",".join(f"{k}={'DEAD_JUDGE_URL' if v == DEAD_JUDGE_URL else v}" for k, v in kn.items()) for kn, _ in BAD_INPUTS
+    ],
 )
 def test_bad_judge_settings_stop_before_anything_starts(
     policy_data, tiny_model_dir, stand_in_judge, knobs, message, monkeypatch

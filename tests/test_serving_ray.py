@@ -19,6 +19,8 @@ REPLICAS = 2
 API_KEY = "ray-secret"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def ray_temp_dir():
