@@ -70,7 +70,7 @@ ENVIRONMENTS = (
     ),
     Environment(
         name="openrlhf-0.11.0",
-        requires=("aiohttp", "transformers==5.15.0"),
+        requires=("aiohttp", "pylatexenc", "transformers==5.15.0"),  # what openrlhf.utils imports
         without_dependencies=("openrlhf==0.11.0",),
         tests=("tests/frameworks/test_openrlhf_remote_reward.py",),
     ),
