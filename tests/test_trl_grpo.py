@@ -7,20 +7,12 @@ from __future__ import annotations
 import pytest
 
 from judge_rewards.trl_reward import JudgeReward
-from tests.reward_adapter_servers import start_rule_server
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
 GENERATIONS = 4
 QUESTIONS = [("What is 2+2?", "4"), ("What is 3*3?", "9")]
-
-
-@pytest.fixture(scope="module")
-def judge_server(tmp_path_factory):
-    server = start_rule_server(tmp_path_factory.mktemp("judge") / "server.log")
-    yield server
-    server.stop()
 
 
 def dataset(conversational: bool):
@@ -64,8 +56,8 @@ def grpo_step(model_dir, train_dataset, reward, output_dir):
 
 
 @pytest.mark.parametrize("conversational", [False, True], ids=["plain", "conversational"])
-def test_a_grpo_step_is_rewarded_by_the_judge(judge_server, tiny_model_dir, tmp_path, conversational):
-    reward = JudgeReward({"judge_url": judge_server.url, "max_retries": 0}, answer_column="reference")
+def test_a_grpo_step_is_rewarded_by_the_judge(rule_judge_server, tiny_model_dir, tmp_path, conversational):
+    reward = JudgeReward({"judge_url": rule_judge_server.url, "max_retries": 0}, answer_column="reference")
     calls = []
     original = reward.system.reward_batch
 

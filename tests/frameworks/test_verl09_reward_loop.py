@@ -62,20 +62,6 @@ def judge_overrides(url: str, **settings) -> list[str]:
     return [f"{KWARGS}{key}={value}" for key, value in settings.items()]
 
 
-@pytest.fixture(scope="module")
-def judge_server(tmp_path_factory):
-    server = start_rule_server(tmp_path_factory.mktemp("judge") / "server.log")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
 def adapters_of(manager) -> dict:
     """The adapters built by the reward file verl loaded from its path (a module of its own, apart from
     judge_rewards.verl_reward): verl wraps its function in a partial with the reward_kwargs."""
@@ -83,7 +69,7 @@ def adapters_of(manager) -> dict:
     return function.__globals__["_systems"]
 
 
-def samples(tokenizer, count: int = SAMPLES) -> list:
+def samples(tiny_tokenizer, count: int = SAMPLES) -> list:
     """One single-sample DataProto per rollout, shaped like those verl's reward loop hands `run_single`: sample i
     asks "What is i+1?" and answers i+1, right for even i and wrong (i+2) for odd i."""
     from verl import DataProto
@@ -91,8 +77,8 @@ def samples(tokenizer, count: int = SAMPLES) -> list:
     rows = []
     for i in range(count):
         answer = i + 1 if i % 2 == 0 else i + 2
-        prompt = tokenizer(f"What is {i + 1}?").input_ids
-        response = tokenizer(f"The answer is \\boxed{{{answer}}}").input_ids
+        prompt = tiny_tokenizer(f"What is {i + 1}?").input_ids
+        response = tiny_tokenizer(f"The answer is \\boxed{{{answer}}}").input_ids
         rows.append(
             DataProto.from_dict(
                 tensors={
@@ -114,11 +100,11 @@ def expected_scores(count: int = SAMPLES) -> list[float]:
     return [1.0 if i % 2 == 0 else 0.0 for i in range(count)]
 
 
-def reward_manager(overrides: list[str], tokenizer, **manager_kwargs):
+def reward_manager(overrides: list[str], tiny_tokenizer, **manager_kwargs):
     from verl.trainer.ppo.reward import load_reward_manager
 
     os.chdir(REPO_ROOT)  # the README's path is relative to the repository
-    return load_reward_manager(verl_config(overrides), tokenizer, **manager_kwargs)
+    return load_reward_manager(verl_config(overrides), tiny_tokenizer, **manager_kwargs)
 
 
 def run_concurrently(manager, rows, after_each=None) -> list[dict]:
@@ -137,14 +123,20 @@ def run_concurrently(manager, rows, after_each=None) -> list[dict]:
 
 
 @pytest.mark.parametrize("manager_name", ["naive", "rate_limited"])
-def test_many_samples_at_once_are_judged_in_batches_without_a_thread_each(judge_server, tokenizer, manager_name):
-    overrides = [*REWARD_OVERRIDES, f"reward.reward_manager.name={manager_name}", *judge_overrides(judge_server.url)]
+def test_many_samples_at_once_are_judged_in_batches_without_a_thread_each(
+    rule_judge_server, tiny_tokenizer, manager_name
+):
+    overrides = [
+        *REWARD_OVERRIDES,
+        f"reward.reward_manager.name={manager_name}",
+        *judge_overrides(rule_judge_server.url),
+    ]
     assert "reward.custom_reward_function.name=compute_score_async" in overrides
     if manager_name == "rate_limited":
         overrides += ["+reward.max_concurrent=64", "+reward.timeout=120"]
-    manager = reward_manager(overrides, tokenizer)
+    manager = reward_manager(overrides, tiny_tokenizer)
     assert manager.is_async_reward_score  # awaited, not run in verl's thread pool
-    outputs = run_concurrently(manager, samples(tokenizer))
+    outputs = run_concurrently(manager, samples(tiny_tokenizer))
     assert [output["reward_score"] for output in outputs] == expected_scores()
     assert all(set(output["reward_extra_info"]) == EXTRA_KEYS for output in outputs)
     assert {output["reward_extra_info"]["source"] for output in outputs} == {"judge"}
@@ -153,20 +145,20 @@ def test_many_samples_at_once_are_judged_in_batches_without_a_thread_each(judge_
     assert not [t.name for t in threading.enumerate() if t.name.startswith("JudgeReward-batch")]
 
 
-def test_the_keyword_arguments_verl_adds_itself_are_not_taken_for_adapter_settings(judge_server, tokenizer):
-    overrides = [*REWARD_OVERRIDES, *judge_overrides(judge_server.url)]
+def test_the_keyword_arguments_verl_adds_itself_are_not_taken_for_adapter_settings(rule_judge_server, tiny_tokenizer):
+    overrides = [*REWARD_OVERRIDES, *judge_overrides(rule_judge_server.url)]
     # verl passes reward_router_address and reward_model_tokenizer when it hosts a reward model itself
-    verl_arguments = {"reward_router_address": "127.0.0.1:1", "reward_model_tokenizer": tokenizer}
-    manager = reward_manager(overrides, tokenizer, **verl_arguments)
-    outputs = run_concurrently(manager, samples(tokenizer, 4))
+    verl_arguments = {"reward_router_address": "127.0.0.1:1", "reward_model_tokenizer": tiny_tokenizer}
+    manager = reward_manager(overrides, tiny_tokenizer, **verl_arguments)
+    outputs = run_concurrently(manager, samples(tiny_tokenizer, 4))
     assert [output["reward_score"] for output in outputs] == expected_scores(4)
 
 
-def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tokenizer):
+def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tiny_tokenizer):
     server = start_rule_server(tmp_path / "server.log")
     settings = {"max_batch_size": 4, "max_concurrent_requests": 1, "max_retries": 1, "timeout": 5}
     overrides = [*REWARD_OVERRIDES, *judge_overrides(server.url, **settings)]
-    manager = reward_manager(overrides, tokenizer)
+    manager = reward_manager(overrides, tiny_tokenizer)
     finished = []
 
     def kill_after_eight():
@@ -175,7 +167,7 @@ def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tokenize
             server.kill()
 
     try:
-        outputs = run_concurrently(manager, samples(tokenizer), after_each=kill_after_eight)
+        outputs = run_concurrently(manager, samples(tiny_tokenizer), after_each=kill_after_eight)
     finally:
         server.stop()
     assert len(outputs) == SAMPLES
