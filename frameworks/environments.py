@@ -3,7 +3,8 @@
 Each environment is a virtual environment of its own, locked like the main one (`uv pip compile` into
 frameworks/locks/NAME.txt, the CPU torch of /opt/wheels included), created with `uv pip sync` from its lock, and
 tested by running its test files with its own Python. The judge server those tests start runs in the main
-environment (JUDGE_SERVER_PYTHON), as a real deployment runs it apart from the trainer.
+environment (JUDGE_SERVER_PYTHON), as a real deployment runs it apart from the trainer, unless the entry is a
+serving environment (`serves_judge`).
 
     python frameworks/environments.py list
     python frameworks/environments.py lock   [NAME ...]   # resolve `requires` again into the lock
@@ -55,6 +56,9 @@ class Environment:
     # Left out of the lock although something in it requires them (uv pip compile --no-emit-package): wheels
     # that would not match the CPU torch, e.g. the torchvision a vLLM CPU build pulls in.
     left_out: tuple[str, ...] = ()
+    # The judge server its tests start runs in this environment (a serving environment: its point is the server
+    # on other versions), instead of the main one.
+    serves_judge: bool = False
 
 
 ENVIRONMENTS = (
@@ -118,7 +122,7 @@ def test(env: Environment) -> int:
     environ = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
-        "JUDGE_SERVER_PYTHON": str(MAIN_PYTHON),
+        "JUDGE_SERVER_PYTHON": str(python_of(env) if env.serves_judge else MAIN_PYTHON),
         "JUDGE_FRAMEWORK_ENV": env.name,
     }
     command = [str(python_of(env)), "-m", "pytest", "-p", "no:cacheprovider", *env.tests]

@@ -7,7 +7,6 @@ against the real judge server (run in the main environment). Runs in the verl-0.
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 import threading
 from pathlib import Path
@@ -69,6 +68,12 @@ def adapters_of(manager) -> dict:
     return function.__globals__["_systems"]
 
 
+@pytest.fixture(autouse=True)
+def in_the_repository(monkeypatch):
+    """The cookbook's reward file path is relative to the repository, where its command runs."""
+    monkeypatch.chdir(REPO_ROOT)
+
+
 def samples(tiny_tokenizer, count: int = SAMPLES) -> list:
     """One single-sample DataProto per rollout, shaped like those verl's reward loop hands `run_single`: sample i
     asks "What is i+1?" and answers i+1, right for even i and wrong (i+2) for odd i."""
@@ -103,7 +108,6 @@ def expected_scores(count: int = SAMPLES) -> list[float]:
 def reward_manager(overrides: list[str], tiny_tokenizer, **manager_kwargs):
     from verl.trainer.ppo.reward import load_reward_manager
 
-    os.chdir(REPO_ROOT)  # the README's path is relative to the repository
     return load_reward_manager(verl_config(overrides), tiny_tokenizer, **manager_kwargs)
 
 
@@ -192,7 +196,6 @@ def test_the_legacy_keys_are_silently_ignored_by_verl_and_refused_by_our_check()
     assert any("use reward.custom_reward_function.reward_kwargs.judge_url" in problem for problem in problems)
 
     current = verl_config([*REWARD_OVERRIDES, *readme_overrides(adapter_settings=True)])
-    os.chdir(REPO_ROOT)
     assert get_custom_reward_fn(current) is not None
     settings = current.reward.custom_reward_function.reward_kwargs
     assert JudgeRewardConfig.from_mapping({**settings, "judge_url": "http://127.0.0.1:8888"}).max_batch_size == 16
