@@ -105,6 +105,12 @@ def expected_scores(count: int = SAMPLES) -> list[float]:
     return [1.0 if i % 2 == 0 else 0.0 for i in range(count)]
 
 
+def manager_overrides(name: str) -> list[str]:
+    """The reward manager; rate_limited with the concurrency of a whole step (its default is one at a time)."""
+    concurrency = ["+reward.max_concurrent=64", "+reward.timeout=120"] if name == "rate_limited" else []
+    return [f"reward.reward_manager.name={name}", *concurrency]
+
+
 def reward_manager(overrides: list[str], tiny_tokenizer, **manager_kwargs):
     from verl.trainer.ppo.reward import load_reward_manager
 
@@ -158,10 +164,11 @@ def test_the_keyword_arguments_verl_adds_itself_are_not_taken_for_adapter_settin
     assert [output["reward_score"] for output in outputs] == expected_scores(4)
 
 
-def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tiny_tokenizer):
+@pytest.mark.parametrize("manager_name", ["naive", "rate_limited"])
+def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tiny_tokenizer, manager_name):
     server = start_rule_server(tmp_path / "server.log")
     settings = {"max_batch_size": 4, "max_concurrent_requests": 1, "max_retries": 1, "timeout": 5}
-    overrides = [*REWARD_OVERRIDES, *judge_overrides(server.url, **settings)]
+    overrides = [*REWARD_OVERRIDES, *judge_overrides(server.url, **settings), *manager_overrides(manager_name)]
     manager = reward_manager(overrides, tiny_tokenizer)
     finished = []
 
