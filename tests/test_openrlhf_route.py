@@ -5,10 +5,13 @@ tests/frameworks/test_openrlhf_remote_reward.py (openrlhf-0.11.0 environment).""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from fastapi.testclient import TestClient
 
 from judge_rewards.protocol.chat_markup import RolloutTextError, split_rollout
+from judge_rewards.reward_config import ConfigError
 from serving.config import JudgeConfig, ServingConfig
 from serving.judges import load_judge
 from serving.server import build_local_app
@@ -112,3 +115,23 @@ def test_one_entry_per_sample_is_required(recorded):
     answer = client.post(ROUTE, json={"query": ["a", "b"], "prompts": ["a"], "labels": ["1", "2"]})
     assert answer.status_code == 422
     assert "one entry per sample, got lengths {'query': 2, 'prompts': 1, 'labels': 2}" in answer.text
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [("{not json", "JUDGE_REWARD_CONFIG is not JSON"), ('["timeout"]', "must be a JSON object of adapter settings")],
+)
+def test_the_reward_file_refuses_a_bad_judge_reward_config(monkeypatch, setting, message):
+    from judge_rewards import openrlhf_reward
+
+    monkeypatch.setattr(openrlhf_reward, "_system", None)
+    monkeypatch.setenv("JUDGE_REWARD_CONFIG", setting)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        openrlhf_reward.reward_system()
+
+
+def test_the_reward_file_names_a_sample_it_cannot_recover():
+    from judge_rewards.openrlhf_reward import reward_func
+
+    with pytest.raises(RolloutTextError, match=r"judge reward: sample 1: the query does not begin with its prompt"):
+        reward_func([CHATML_PROMPT + "4", "What is 3+3? 6"], [CHATML_PROMPT, "What is 2+2?"], ["4", "4"])
