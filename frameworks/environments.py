@@ -152,11 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         created = time.monotonic()
         if args.action == "test" and test(env) != 0:
             failed.append(env.name)
-        print(
-            f"[frameworks] {env.name}: {args.action} in {time.monotonic() - started:.1f} s "
-            f"(environment {created - started:.1f} s)",
-            flush=True,
-        )
+        creation = f" (environment {created - started:.1f} s)" if args.action == "test" else ""
+        print(f"[frameworks] {env.name}: {args.action} in {time.monotonic() - started:.1f} s{creation}", flush=True)
     if failed:
         print(f"[frameworks] tests failed in: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
