@@ -20,6 +20,7 @@ ROUTE = "/openrlhf/reward"
 CHATML_PROMPT = (
     "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
 )
+QWEN3_NO_THINKING = CHATML_PROMPT + "<think>\n\n</think>\n\n"
 MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 LLAMA3_PROMPT = (
     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nAnswer briefly.<|eot_id|>"
@@ -67,11 +68,12 @@ def test_openrlhfs_request_gets_its_answer_shape_and_the_judge_reads_plain_text(
         (CHATML_PROMPT + "4<|im_end|><|endoftext|>", CHATML_PROMPT, (MESSAGES, "4")),
         (CHATML_PROMPT + "4 and more", CHATML_PROMPT, (MESSAGES, "4 and more")),  # cut by the length limit
         (CHATML_PROMPT + "4<|im_end|>\n<|im_start|>user\nmore", CHATML_PROMPT, (MESSAGES, "4")),
+        (QWEN3_NO_THINKING + "4<|im_end|>", QWEN3_NO_THINKING, (MESSAGES, "4")),
         (LLAMA3_PROMPT + "4<|eot_id|>", LLAMA3_PROMPT, (MESSAGES, "4")),
         (GEMMA_PROMPT + "4<end_of_turn>", GEMMA_PROMPT, ([MESSAGES[1]], "4")),
         ("Q: What is 2+2?\nA: 4</s>", "Q: What is 2+2?\nA:", ("Q: What is 2+2?\nA:", " 4")),
     ],
-    ids=["chatml-eos", "chatml-truncated", "chatml-runs-on", "llama3", "gemma", "plain"],
+    ids=["chatml-eos", "chatml-truncated", "chatml-runs-on", "qwen3-no-thinking", "llama3", "gemma", "plain"],
 )
 def test_prompt_and_response_are_recovered_as_text(query, prompt, expected):
     assert split_rollout(query, prompt) == expected

@@ -65,7 +65,8 @@ MARKUPS = (
     ChatMarkup(
         "ChatML",
         re.compile(r"<\|im_start\|>(?P<role>system|user|assistant)\n(?P<content>.*?)<\|im_end\|>\n?", re.S),
-        re.compile(r"<\|im_start\|>assistant\n"),
+        # Qwen3's template with thinking off opens the assistant's turn with an empty think block
+        re.compile(r"<\|im_start\|>assistant\n(?:<think>\n\n</think>\n\n)?"),
         "<|im_end|>",
     ),
     ChatMarkup(
