@@ -29,7 +29,11 @@ comma := ,
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv
+# The RL trainers' own environments (verl 0.9.1, TRL 1.x, OpenRLHF), each declared once in
+# frameworks/environments.py, locked in frameworks/locks/ with the same uv pip compile, created in .envs/.
+FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) frameworks/environments.py
+
+.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv frameworks framework-lock framework-test
 
 setup: $(STAMP)
 
@@ -64,6 +68,16 @@ lock:
 		$(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) --constraint - \
 		--find-links $(TORCH_WHEELS) --annotation-style line --custom-compile-command "make lock" \
 		$(LOCK_ARGS) --output-file $(LOCK)
+	$(FRAMEWORKS) lock
+
+framework-lock: setup
+	$(FRAMEWORKS) lock
+
+frameworks: setup
+	$(FRAMEWORKS) create
+
+framework-test: setup
+	$(FRAMEWORKS) test
 
 # Quality gates: ruff on the Python; shellcheck on the bash scripts git knows of (tracked or new, not ignored,
 # less those deleted but not yet committed), following the files each script sources.
@@ -77,6 +91,7 @@ lint: setup
 # The whole suite, with its 30 slowest tests listed at the end.
 test: lint
 	$(PYTEST) --durations=30 $(PYTEST_ARGS)
+	$(FRAMEWORKS) test
 
 # The inner loop: every test not marked e2e (no verl run, Ray cluster or model training).
 test-fast: setup
@@ -87,4 +102,4 @@ demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash cookbooks/demo/run_demo.sh
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .envs

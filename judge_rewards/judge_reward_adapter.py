@@ -12,6 +12,7 @@ a judge failure raises JudgeUnavailableError instead. No request is dropped or s
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import logging
@@ -57,21 +58,30 @@ class BaseJudgeReward:
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion."""
-        request = JudgeItem.create(prompt, completion, answer, answer_type)
-        self._metrics.count("total_requests")
-        cached = self._cache_get(request)
+        request, cached = self._lookup(prompt, completion, answer, answer_type)
         if cached is not None:
-            self._metrics.count("cache_hits")
-            return _reward_dict(cached, SOURCE_CACHE)
+            return cached
         started = time.monotonic()
         try:
             result = self._request_judge(request)
         except JudgeUnavailableError as err:
             self._metrics.count("judge_failures")
             return self._fallback(request, err)
-        self._metrics.judge_answered(time.monotonic() - started)
-        self._cache_put(request, result)
-        return _reward_dict(result, SOURCE_JUDGE)
+        return self._answered(request, result, started)
+
+    async def areward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
+        """`reward()` for asyncio callers: awaits the judge's answer without holding a thread while it is
+        on its way (the rule fallback, when needed, runs in a worker thread: it may compute)."""
+        request, cached = self._lookup(prompt, completion, answer, answer_type)
+        if cached is not None:
+            return cached
+        started = time.monotonic()
+        try:
+            result = await self._arequest_judge(request)
+        except JudgeUnavailableError as err:
+            self._metrics.count("judge_failures")
+            return await asyncio.to_thread(self._fallback, request, err)
+        return self._answered(request, result, started)
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
         """`reward(**item)` for each item ({prompt, completion, answer?, answer_type?}), in order, all
@@ -95,10 +105,40 @@ class BaseJudgeReward:
         try:
             return future.result(timeout=self._client.result_timeout)
         except concurrent.futures.TimeoutError:
-            raise JudgeUnavailableError(
-                f"Timeout waiting for results: no judge answer within {self._client.result_timeout:.1f}s "
-                f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load"
-            ) from None
+            raise self._result_timeout_error() from None
+
+    async def _arequest_judge(self, request: JudgeItem) -> JudgeResult:
+        """`_request_judge` awaited. A subclass that overrides only `_request_judge` keeps its behaviour: its
+        override runs in a worker thread."""
+        if type(self)._request_judge is not BaseJudgeReward._request_judge:
+            return await asyncio.to_thread(self._request_judge, request)
+        # shield: a timeout stops the waiting, not the request (it ends in the background, as in _request_judge)
+        answer = asyncio.shield(asyncio.wrap_future(self._client.submit(request)))
+        try:
+            return await asyncio.wait_for(answer, self._client.result_timeout)
+        except asyncio.TimeoutError:
+            raise self._result_timeout_error() from None
+
+    def _result_timeout_error(self) -> JudgeUnavailableError:
+        return JudgeUnavailableError(
+            f"Timeout waiting for results: no judge answer within {self._client.result_timeout:.1f}s "
+            f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load"
+        )
+
+    def _lookup(self, prompt, completion: str, answer: Any, answer_type: str | None) -> tuple[JudgeItem, dict | None]:
+        """The checked request, and its cached reward (None when the judge must be asked)."""
+        request = JudgeItem.create(prompt, completion, answer, answer_type)
+        self._metrics.count("total_requests")
+        cached = self._cache_get(request)
+        if cached is None:
+            return request, None
+        self._metrics.count("cache_hits")
+        return request, _reward_dict(cached, SOURCE_CACHE)
+
+    def _answered(self, request: JudgeItem, result: JudgeResult, started: float) -> dict:
+        self._metrics.judge_answered(time.monotonic() - started)
+        self._cache_put(request, result)
+        return _reward_dict(result, SOURCE_JUDGE)
 
     def get_metrics(self) -> dict:
         metrics = self._metrics.snapshot()

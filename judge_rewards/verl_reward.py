@@ -1,4 +1,12 @@
-"""verl 0.6.1 custom reward functions that score policy rollouts with a running judge server.
+"""verl custom reward functions that score policy rollouts with a running judge server.
+
+verl 0.9.x (the reward loop; `naive` or `rate_limited` manager, one awaited call per sample):
+
+    reward.custom_reward_function.path=judge_rewards/verl_reward.py
+    reward.custom_reward_function.name=compute_score_async
+    +reward.custom_reward_function.reward_kwargs.judge_url=http://judge-host:8888   # optional, any adapter key
+
+verl 0.6.1 (top-level keys, which verl 0.9 ignores: judge_rewards/verl_keys.py):
 
     custom_reward_function.path=judge_rewards/verl_reward.py
     custom_reward_function.name=compute_score          # reward_model.reward_manager=naive (one call per sample)
@@ -11,10 +19,12 @@ environment variables (JUDGE_MODEL_URL, JUDGE_MODEL_API_KEY, JUDGE_MAX_BATCH_SIZ
 verl hands a reward function the response text and `reward_model.ground_truth`, not the prompt: the
 policy dataset must carry the prompt in `extra_info.question` (the user's text, or the list of
 {role, content} messages). `ground_truth` is sent as the reference answer (None when the row has
-none) and `extra_info.answer_type` (optional) as its answer type.
+none) and `extra_info.answer_type` (optional) as its answer type. Other extra_info keys (verl 0.9 adds
+num_turns and rollout_reward_scores) are not read.
 
 Every sample's dict has the same keys: score, source (judge | cache | rule_fallback), and the
-numeric flags from_rule_fallback and from_cache (verl averages numeric extras into metrics).
+numeric flags from_rule_fallback and from_cache (verl averages numeric extras into metrics; verl 0.9
+reads the keys of a batch's first sample).
 verl may pickle these functions into Ray workers, so the adapter is built lazily, once per process
 and settings, at the first call; nothing is built at import.
 """
@@ -35,10 +45,24 @@ _systems: dict[tuple, JudgeRewardSystem] = {}
 _systems_lock = threading.Lock()
 
 
+# The keyword arguments verl 0.9's reward loop adds itself when it hosts a reward model: not adapter settings.
+VERL_CALL_KEYS = ("reward_router_address", "reward_model_tokenizer")
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **reward_kwargs
+) -> dict:
+    """verl 0.9's per-sample call (naive and rate_limited reward managers), awaited in the reward loop: the
+    sample's judge request joins the adapter's batches without holding a thread while it waits."""
+    judge_config = {name: value for name, value in reward_kwargs.items() if name not in VERL_CALL_KEYS}
+    item = _judge_item(data_source, solution_str, ground_truth, extra_info)
+    return _verl_score(await reward_system(judge_config).areward(**item))
+
+
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **judge_config
 ) -> dict:
-    """The naive reward manager's per-sample call."""
+    """verl 0.6.1's naive reward manager's per-sample call."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **judge_config)[0]
 
 
@@ -49,7 +73,7 @@ def compute_score_batch(
     extra_infos: Sequence[dict | None],
     **judge_config,
 ) -> list[dict]:
-    """The batch reward manager's call: all samples of a step go to the judge at once."""
+    """verl 0.6.1's batch reward manager's call: all samples of a step go to the judge at once."""
     items = [
         _judge_item(source, solution, truth, extra)
         for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)

@@ -30,12 +30,17 @@ from .schemas import (
     HealthResponse,
     JudgeRequest,
     JudgeResponse,
+    OpenRLHFRewardRequest,
+    OpenRLHFRewardResponse,
     VerdictResponse,
 )
 
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/health",)
+OPENRLHF_PATH = (
+    "/openrlhf/reward"  # the URL to give OpenRLHF's --reward.remote_url: http://judge-host:8888/openrlhf/reward
+)
 CLIENT_LEFT = 499  # nginx's status for a request whose client disconnected first; only the metrics see it
 COMPARING_JUDGES = "a pairwise or scalar judge"
 
@@ -111,13 +116,14 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         }
         return [response_type.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
 
-    def check_batch(requests: Sequence[Request_]) -> None:
-        if len(requests) > config.max_batch_requests:
+    def check_batch_size(count: int) -> None:
+        if count > config.max_batch_requests:
             raise HTTPException(
-                413,
-                f"{len(requests)} requests in one batch; the limit is "
-                f"{config.max_batch_requests} (--max-batch-requests)",
+                413, f"{count} requests in one batch; the limit is {config.max_batch_requests} (--max-batch-requests)"
             )
+
+    def check_batch(requests: Sequence[Request_]) -> None:
+        check_batch_size(len(requests))
         _check_unique_ids(requests)
 
     def check_can_compare(path: str) -> None:
@@ -142,6 +148,28 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
     async def batch_judge(batch: BatchJudgeRequest, http_request: Request) -> BatchJudgeResponse:
         check_batch(batch.requests)
         return BatchJudgeResponse(responses=await answer(http_request, batch.requests, service.judge, JudgeResponse))
+
+    @app.post(
+        OPENRLHF_PATH,
+        response_model=OpenRLHFRewardResponse,
+        summary="OpenRLHF's remote reward protocol: {query, prompts, labels} -> {rewards, scores, extra_logs}; a "
+        "sample whose prompt and response cannot be recovered, or that the judge cannot score, fails the request "
+        "(422 / 500) naming it, never a made-up reward",
+    )
+    async def openrlhf_reward(body: OpenRLHFRewardRequest, http_request: Request) -> OpenRLHFRewardResponse:
+        check_batch_size(len(body.query))
+        requests = body.judge_requests()
+        refusals = [request for request in requests if isinstance(request, str)]
+        if refusals:
+            log.warning("%s refused: %s", OPENRLHF_PATH, "; ".join(refusals))
+            raise HTTPException(422, refusals)
+        responses = await answer(http_request, requests, service.judge, JudgeResponse)
+        failures = [f"sample {i}: {r.error}" for i, r in enumerate(responses) if r.score is None]
+        if failures:
+            log.warning("%s: the judge could not score: %s", OPENRLHF_PATH, "; ".join(failures))
+            raise HTTPException(500, failures)
+        scores = [response.score for response in responses]
+        return OpenRLHFRewardResponse(rewards=scores, scores=scores)
 
     @app.post(
         "/compare",

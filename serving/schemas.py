@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
+from judge_rewards.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_rewards.protocol.judge_api import answer_text, scalar_text
 
 from .judges import ComparisonItem, JudgeItem, Verdict
@@ -186,3 +187,45 @@ class HealthResponse(BaseModel):
     batches_run: int
     judgements_answered: int
     uptime_s: float
+
+
+class OpenRLHFRewardRequest(BaseModel):
+    """OpenRLHF's remote reward request (`--reward.remote_url`): per sample, the prompt and response decoded
+    together, the prompt text the policy was given, and the dataset's label."""
+
+    query: list[Text] = Field(min_length=1, description="prompt + response, decoded with special tokens kept")
+    prompts: list[Text] = Field(description="the prompt text the policy was given (usually chat-templated)")
+    labels: list[AnswerText] | None = Field(None, description="the reference answers; absent or null: none")
+
+    @model_validator(mode="after")
+    def _one_per_sample(self):
+        sizes = {"query": len(self.query), "prompts": len(self.prompts)}
+        if self.labels is not None:
+            sizes["labels"] = len(self.labels)
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"query, prompts and labels must hold one entry per sample, got lengths {sizes}")
+        return self
+
+    def judge_requests(self) -> list[JudgeRequest | str]:
+        """Per sample, the judge request (prompt and response recovered as plain text, judge_rewards.protocol.
+        chat_markup; the label as the reference answer), or why there is none."""
+        labels = self.labels or [None] * len(self.query)
+        requests = []
+        for index, (query, prompt, label) in enumerate(zip(self.query, self.prompts, labels, strict=True)):
+            try:
+                conversation, response = split_rollout(query, prompt)
+                requests.append(JudgeRequest(prompt=conversation, completion=response, answer=label))
+            except RolloutTextError as err:
+                requests.append(f"sample {index}: {err}")
+            except ValidationError as err:
+                reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+                requests.append(f"sample {index}: the recovered request is invalid: {reasons}")
+        return requests
+
+
+class OpenRLHFRewardResponse(BaseModel):
+    """What OpenRLHF reads back: one reward per sample (`scores`, the same values, for its filtering and logs)."""
+
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]] = Field(default_factory=dict)

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# tests/frameworks/ runs inside the RL trainers' own environments (frameworks/environments.py sets
+# JUDGE_FRAMEWORK_ENV), never in the main one.
+collect_ignore = [] if os.environ.get("JUDGE_FRAMEWORK_ENV") else ["frameworks"]
 
 # Ray's single-machine mode: every Ray process (including those that tests start in subprocesses)
 # binds and advertises 127.0.0.1 instead of the machine's network address.
@@ -36,3 +39,20 @@ def tiny_scalar_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
     from tests.support.models import build_scalar_judge
 
     return build_scalar_judge(tiny_model_dir, tmp_path_factory.mktemp("tiny_scalar_judge"))
+
+
+@pytest.fixture(scope="module")
+def rule_judge_server(tmp_path_factory):
+    """The project's real judge server with its rule judge, for one test module."""
+    from tests.reward_adapter_servers import start_rule_server
+
+    server = start_rule_server(tmp_path_factory.mktemp("rule_judge") / "server.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -188,6 +188,20 @@ def test_naive_reward_manager_calls_the_per_sample_function(policy_data, tiny_mo
     )
 
 
+@pytest.mark.parametrize("verl_version", ["0.9.1", "0.10.0"])
+def test_a_verl_that_would_ignore_the_judge_reward_is_refused(
+    policy_data, tiny_model_dir, stand_in_judge, monkeypatch, verl_version
+):
+    monkeypatch.setattr("training.launch.grpo.installed_verl_version", lambda: verl_version)
+    env = launcher_env(**valid_knobs(policy_data, tiny_model_dir, stand_in_judge))
+    error = launch_error("policy", "--config", str(CPU_CONFIG), "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert f"the verl installed here ({verl_version}) would ignore the judge reward" in error
+    assert "custom_reward_function.name='compute_score_batch': " in error
+    assert f"verl {verl_version} ignores it (not migrated since 0.9.0); use reward.custom_reward_function.name" in error
+    assert "reward_model.reward_manager=batch: " in error and "use reward.reward_manager.name=naive" in error
+    assert "reward.custom_reward_function.name=compute_score_async" in error
+
+
 def test_default_data_is_the_offline_policy_split(tiny_model_dir, stand_in_judge, tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / "policy").mkdir(parents=True, exist_ok=True)

@@ -3,12 +3,14 @@ purpose-built server produces on demand (garbage, HTTP errors, slowness, reorder
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import logging
 import pickle
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -397,3 +399,41 @@ def test_subclass_hook_changes_judgements_and_keeps_cache_and_fallback(faulty):
             "this judge refuses 13",
             1.0,
         )
+
+
+def test_areward_awaits_many_items_in_batches_without_a_thread_each(faulty):
+    faulty.mode, faulty.delay = "slow", 0.3
+
+    async def all_at_once(system):
+        results = await asyncio.gather(*(system.areward(**item(n)) for n in range(1, 33)))
+        return results, [thread.name for thread in threading.enumerate()]
+
+    with make_system(faulty.url, max_batch_size=8, max_concurrent_requests=4) as system:
+        results, threads = asyncio.run(all_at_once(system))
+        # no thread waited for an item: neither asyncio's executor nor reward_batch's pool ever started
+        assert not [name for name in threads if name.startswith(("asyncio_", "JudgeReward-batch"))], threads
+        assert [r["reward"] for r in results] == [n / 1000 for n in range(1, 33)]
+        assert {r["source"] for r in results} == {"judge"} and faulty.requests_received < 8
+        assert asyncio.run(system.areward(**item(3)))["source"] == "cache"
+
+
+def test_areward_falls_back_and_times_out_like_reward(faulty):
+    faulty.mode = "garbage"
+    with make_system(faulty.url) as system:
+        result = asyncio.run(system.areward(**item(7)))
+        assert (result["reward"], result["source"]) == (1.0, "rule_fallback") and "not JSON" in result["error"]
+    faulty.mode, faulty.delay = "slow", 0.8
+    with make_system(faulty.url, timeout=1.0, max_retries=0, max_batch_size=1, max_concurrent_requests=1) as system:
+
+        async def queued_behind_each_other():
+            return await asyncio.gather(*(system.areward(**item(n)) for n in range(1, 7)))
+
+        results = asyncio.run(queued_behind_each_other())
+        assert any(r["error"] and r["error"].startswith("Timeout waiting for results") for r in results)
+        assert all(r["reward"] == 1.0 for r in results if r["source"] == "rule_fallback")
+
+
+def test_areward_keeps_a_subclass_hook(faulty):
+    with LenientJudge({"judge_url": faulty.url}) as judge:
+        assert asyncio.run(judge.areward(**item(2)))["reward"] == 0.1
+        assert asyncio.run(judge.areward(**item(13)))["error"] == "this judge refuses 13"

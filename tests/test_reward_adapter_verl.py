@@ -15,7 +15,6 @@ import torch
 
 from judge_rewards import verl_reward
 from tests.conftest import REPO_ROOT
-from tests.reward_adapter_servers import start_rule_server
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -29,28 +28,14 @@ ROLLOUTS = [  # (question, response, ground truth, expected rule-judge score)
 EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"}
 
 
-@pytest.fixture(scope="module")
-def judge_server(tmp_path_factory):
-    server = start_rule_server(tmp_path_factory.mktemp("judge") / "server.log")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-def rollout_batch(tokenizer, rollouts=ROLLOUTS):
+def rollout_batch(tiny_tokenizer, rollouts=ROLLOUTS):
     """A DataProto shaped like the one verl's trainer hands its reward manager."""
     from verl import DataProto
 
-    prompts = [tokenizer(q).input_ids for q, *_ in rollouts]
-    responses = [tokenizer(r).input_ids for _, r, *_ in rollouts]
+    prompts = [tiny_tokenizer(q).input_ids for q, *_ in rollouts]
+    responses = [tiny_tokenizer(r).input_ids for _, r, *_ in rollouts]
     prompt_len, response_len = max(map(len, prompts)), max(map(len, responses))
-    pad = tokenizer.pad_token_id
+    pad = tiny_tokenizer.pad_token_id
     prompt_ids = torch.tensor([[pad] * (prompt_len - len(p)) + p for p in prompts])
     response_ids = torch.tensor([r + [pad] * (response_len - len(r)) for r in responses])
     mask = torch.tensor(
@@ -76,7 +61,7 @@ def rollout_batch(tokenizer, rollouts=ROLLOUTS):
     )
 
 
-def verl_reward_manager(tokenizer, manager: str, function: str, judge_url: str):
+def verl_reward_manager(tiny_tokenizer, manager: str, function: str, judge_url: str):
     """The reward manager verl builds from `custom_reward_function` and `reward_model.reward_manager`."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo.reward import load_reward_manager
@@ -93,13 +78,13 @@ def verl_reward_manager(tokenizer, manager: str, function: str, judge_url: str):
         }
     )
     sys.modules.pop("custom_module", None)  # verl caches the loaded file under this name
-    return load_reward_manager(config, tokenizer, num_examine=0)
+    return load_reward_manager(config, tiny_tokenizer, num_examine=0)
 
 
 @pytest.mark.parametrize("manager, function", [("naive", "compute_score"), ("batch", "compute_score_batch")])
-def test_verl_reward_managers_score_rollouts_with_the_judge(judge_server, tokenizer, manager, function):
-    data = rollout_batch(tokenizer)
-    output = verl_reward_manager(tokenizer, manager, function, judge_server.url)(data, return_dict=True)
+def test_verl_reward_managers_score_rollouts_with_the_judge(rule_judge_server, tiny_tokenizer, manager, function):
+    data = rollout_batch(tiny_tokenizer)
+    output = verl_reward_manager(tiny_tokenizer, manager, function, rule_judge_server.url)(data, return_dict=True)
     last_token = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].sum(-1) - 1
     scores = output["reward_tensor"][torch.arange(len(ROLLOUTS)), last_token]
     assert scores.tolist() == [expected for *_, expected in ROLLOUTS]
@@ -108,9 +93,9 @@ def test_verl_reward_managers_score_rollouts_with_the_judge(judge_server, tokeni
     assert set(extra["source"]) <= {"judge", "cache"} and set(extra["from_rule_fallback"]) == {0.0}
 
 
-def test_rule_fallback_is_flagged_for_verl_metrics(tokenizer):
-    data = rollout_batch(tokenizer)
-    output = verl_reward_manager(tokenizer, "batch", "compute_score_batch", f"http://127.0.0.1:{free_port()}")(
+def test_rule_fallback_is_flagged_for_verl_metrics(tiny_tokenizer):
+    data = rollout_batch(tiny_tokenizer)
+    output = verl_reward_manager(tiny_tokenizer, "batch", "compute_score_batch", f"http://127.0.0.1:{free_port()}")(
         data, return_dict=True
     )
     extra = output["reward_extra_info"]
@@ -118,15 +103,15 @@ def test_rule_fallback_is_flagged_for_verl_metrics(tokenizer):
     assert extra["score"] == [expected for *_, expected in ROLLOUTS]
 
 
-def test_a_row_without_the_question_is_a_clear_error(judge_server):
+def test_a_row_without_the_question_is_a_clear_error(rule_judge_server):
     with pytest.raises(ValueError, match=r"has no extra_info.question.*policy dataset must store the prompt"):
-        verl_reward.compute_score("judge_policy", "\\boxed{4}", "4", {"index": 0}, judge_url=judge_server.url)
+        verl_reward.compute_score("judge_policy", "\\boxed{4}", "4", {"index": 0}, judge_url=rule_judge_server.url)
 
 
-def test_message_list_questions_from_parquet_are_accepted(judge_server):
+def test_message_list_questions_from_parquet_are_accepted(rule_judge_server):
     question = np.array([{"role": "user", "content": "What is 2+2?"}], dtype=object)
     result = verl_reward.compute_score(
-        "judge_policy", "\\boxed{4}", "4", {"question": question}, judge_url=judge_server.url
+        "judge_policy", "\\boxed{4}", "4", {"question": question}, judge_url=rule_judge_server.url
     )
     assert result["score"] == 1.0 and result["source"] in ("judge", "cache")
 
@@ -143,8 +128,8 @@ SAMPLE = ("judge_policy", "\\boxed{4}", "4", {"question": "What is 2+2?"})
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_pickled_reward_function_builds_its_own_client_per_process(judge_server, start_method):
-    score_fn = functools.partial(verl_reward.compute_score, judge_url=judge_server.url)
+def test_pickled_reward_function_builds_its_own_client_per_process(rule_judge_server, start_method):
+    score_fn = functools.partial(verl_reward.compute_score, judge_url=rule_judge_server.url)
     assert score_fn(*SAMPLE)["source"] in ("judge", "cache")  # this process now holds a client
     pickle.dumps(score_fn)
     with multiprocessing.get_context(start_method).Pool(1) as pool:

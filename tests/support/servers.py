@@ -51,6 +51,12 @@ class RunningServer:
         self.stop()
 
 
+def server_python() -> str:
+    """The Python the server runs in: this one, or JUDGE_SERVER_PYTHON (the framework environments' tests run the
+    judge server in the main environment, apart from the trainer's)."""
+    return os.environ.get("JUDGE_SERVER_PYTHON") or sys.executable
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -68,7 +74,7 @@ def start_server(
     """`python -m <module> <args>` on 127.0.0.1 (a free port unless `port` is given, e.g. to restart a
     server at the URL its clients know), its output appended to `log_path`, returned once /health answers 200."""
     port = port or free_port()
-    command = [sys.executable, "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
+    command = [server_python(), "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     with open(log_path, "ab") as log_file:

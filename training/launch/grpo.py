@@ -23,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from judge_rewards.verl_keys import JUDGE_REWARD_KEYS, ignored_reward_keys, installed_verl_version
 from training.launch import ray_cluster
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import CPU_SITE_DIR, REPO_ROOT, training_dtype
@@ -109,6 +110,7 @@ class PolicyGRPORecipe(GRPORecipe):
         return notes
 
     def validate(self, config: DictConfig, key_names: KeyNames) -> None:
+        refuse_keys_verl_ignores(config, installed_verl_version())
         super().validate(config, key_names)
         check = Checker(config, key_names)
         check.choice("reward_model.reward_manager", config.launch.reward_functions)
@@ -118,6 +120,24 @@ class PolicyGRPORecipe(GRPORecipe):
         check.number(f"{kwargs}.timeout", 0.001)
         check.integer(f"{kwargs}.max_retries", 0)
         check.boolean(f"{kwargs}.fallback_to_rule")
+
+
+def refuse_keys_verl_ignores(config: DictConfig, verl_version: str | None) -> None:
+    """This recipe's config is written in verl 0.6.1's keys; a verl that would silently ignore its reward keys (0.9
+    and later) is refused before anything starts, with the keys to use instead."""
+    if verl_version is None:
+        return
+    reward_keys = {  # the keys this recipe sets (the rest of the reward_model tree is verl 0.6.1's defaults)
+        "custom_reward_function": OmegaConf.to_container(config.custom_reward_function, resolve=True),
+        "reward_model": {"reward_manager": config.reward_model.reward_manager},
+    }
+    ignored = ignored_reward_keys(reward_keys, verl_version)
+    if ignored:
+        raise LaunchError(
+            f"this launcher drives verl 0.6.1, and the verl installed here ({verl_version}) would ignore the "
+            "judge reward:\n  " + "\n  ".join(ignored) + "\nWith verl 0.9, run verl's main_ppo with "
+            f"{JUDGE_REWARD_KEYS} (cookbooks/rl_with_judge_reward/README.md, section verl 0.9)"
+        )
 
 
 GRPO_RECIPES = (
