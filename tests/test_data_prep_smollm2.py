@@ -60,11 +60,13 @@ def answer_log_likelihoods(tokenizer, model, pairs: list[tuple[str, str]], batch
         ids = torch.tensor([f + [tokenizer.pad_token_id] * (width - len(f)) for f in fulls])
         mask = torch.tensor([[1] * len(f) + [0] * (width - len(f)) for f in fulls])
         with torch.inference_mode():
-            log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-        for row, (prompt, full) in enumerate(zip(prompts, fulls, strict=True)):
-            positions = torch.arange(len(prompt) - 1, len(full) - 1)
-            targets = torch.tensor(full[len(prompt) :])
-            scores.append(log_probs[row, positions, targets].mean().item())
+            # The vocabulary projection only where an answer token is predicted: most of a row is its prompt.
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+            for row, (prompt, full) in enumerate(zip(prompts, fulls, strict=True)):
+                positions = torch.arange(len(prompt) - 1, len(full) - 1)
+                targets = torch.tensor(full[len(prompt) :])
+                logits = model.get_output_embeddings()(hidden[row, positions]).float()
+                scores.append(torch.log_softmax(logits, dim=-1)[torch.arange(len(targets)), targets].mean().item())
     return scores
 
 
