@@ -1,4 +1,5 @@
-"""Packed Bradley-Terry forwards (training/packing.py, on serving/judges/packing.py) against the unpacked model on the tiny judge.
+"""Packed Bradley-Terry forwards (training/packing.py, on serving/judges/packing.py) against the unpacked model
+on the tiny judge.
 
 The reference is `padded_rewards`, the reward every other path reads (test_scalar_reward_paths.py checks it
 against each sequence alone). Pairs mix prompt and response lengths, have multi-turn prompts, and share rows;

@@ -49,6 +49,7 @@ class Judge(abc.ABC):
     """A loaded judge. `score_batch` runs on the model worker thread only, never on the event loop."""
 
     identity: JudgeIdentity
+    computes_shared_prompts_once = False  # whether items that share a prompt cost less in one batch
 
     @abc.abstractmethod
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:

@@ -51,6 +51,7 @@ class ScalarJudge(Judge):
             .eval()
         )
         self._check_head()
+        self.computes_shared_prompts_once = not config.no_prompt_once
         self._engine: scalar_model.ScalarEngine = scalar_model.TransformersEngine(
             self._model,
             self._tokenizer.pad_token_id,
