@@ -172,3 +172,47 @@ def test_completion_positions_restarting_would_be_caught(tiny_scalar_judge_dir, 
         expected = torch.tensor(engine.raw_outputs(inputs, [[0], [1], [2]]))[:, 0]
         wrong = packing.packed_outputs(engine.model, dataclasses.replace(row, position_ids=restarted))[:, 0]
     assert (wrong - expected).abs().max() > 2 * TOLERANCE  # a small model's rewards move little with positions
+
+
+async def one_item_requests(url: str, items: list[JudgeItem]) -> tuple[list[dict], list[dict]]:
+    """Every item as its own concurrent /judge request (as verl's per-sample calls send a GRPO group), and a
+    /compare of each item against the next one of its prompt; the answers in order."""
+    import asyncio
+
+    import httpx
+
+    comparisons = [
+        {"prompt": a.prompt, "response_a": a.completion, "response_b": b.completion}
+        for a, b in zip(items, items[1:], strict=False)
+        if a.prompt == b.prompt
+    ]
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        judged = [client.post("/judge", json={"prompt": i.prompt, "completion": i.completion}) for i in items]
+        compared = [client.post("/compare", json=body) for body in comparisons]
+        responses = await asyncio.gather(*judged, *compared)
+    for response in responses:
+        response.raise_for_status()
+    answers = [response.json() for response in responses]
+    return answers[: len(items)], answers[len(items) :]
+
+
+@pytest.mark.e2e
+def test_the_server_scores_one_item_requests_of_shared_prompts_as_today(tiny_scalar_judge_dir, tmp_path):
+    import asyncio
+
+    from tests.support.servers import start_server
+
+    items = sorted(mixed_items(), key=lambda item: str(item.prompt))  # groups together, for the comparisons
+    answers = {}
+    for name, flags in (("today", ["--no-prompt-once"]), ("prompt-once", [])):
+        command = ["--model", str(tiny_scalar_judge_dir), "--batch-timeout", "0.5", *flags]
+        with start_server(command, log_path=tmp_path / f"{name}.log") as server:
+            answers[name] = asyncio.run(one_item_requests(server.url, items))
+    (today, today_compared), (once, once_compared) = answers["today"], answers["prompt-once"]
+    assert len(once_compared) >= 6
+    assert max(answer["metadata"]["batch_size"] for answer in once) == len(items)  # one batch: groups can form
+    for expected, answer in zip(today + today_compared, once + once_compared, strict=True):
+        assert answer["score"] == pytest.approx(expected["score"], abs=TOLERANCE)
+        for key in ("raw_reward", "raw_reward_a", "raw_reward_b"):
+            if key in expected["metadata"]:
+                assert answer["metadata"][key] == pytest.approx(expected["metadata"][key], abs=TOLERANCE)
