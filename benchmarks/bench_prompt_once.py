@@ -44,6 +44,7 @@ from benchmarks.common import (
     RESULTS_DIR,
     RunLog,
     add_ratios,
+    chosen_sizes,
     load_averages,
     markdown_table,
     median_and_range,
@@ -195,8 +196,9 @@ def running_methods(judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_
         yield runners
 
 
-def measure(runners: dict, tokenizer, size: dict, calls: int, seed: int) -> list[dict]:
-    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries."""
+def measure(runners: dict, tokenizer, size: dict, calls: int, seed: int, on_repetition) -> list[dict]:
+    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries;
+    `on_repetition(summaries)` after every repetition (a long run that is stopped keeps what it measured)."""
     methods = list(runners)
     runs = {group: {method: [] for method in methods} for group in size["group_sizes"]}
     tokens = {group: [] for group in size["group_sizes"]}
@@ -217,6 +219,11 @@ def measure(runners: dict, tokenizer, size: dict, calls: int, seed: int) -> list
             for method in methods:
                 difference = max(abs(a - b) for a, b in zip(rewards[method], rewards[TODAY], strict=True))
                 runs[group][method][-1]["max_raw_reward_difference_from_today"] = difference
+        on_repetition(summarized(runs, tokens))
+    return summarized(runs, tokens)
+
+
+def summarized(runs: dict, tokens: dict) -> list[dict]:
     results = []
     for group, group_runs in runs.items():
         summaries = {
@@ -287,18 +294,13 @@ def report(results: list[dict], config: dict) -> str:
         "## Prompt-once scoring vs today's batching vs vLLM's pooling runner (GRPO-shaped traffic)\n\n"
         f"{config['judge']} scalar judge, fp32; {config['items']} items per run (prompts x group size) as "
         f"{config['calls']} concurrent /batch_judge calls; mean judge input {sum(mean_input) / len(mean_input):.0f} "
-        f"tokens; fresh texts every repetition; {config['repetitions']} repetitions, the methods interleaved at "
+        f"tokens; fresh texts every repetition; {config['repetitions_done']} repetitions, the methods interleaved at "
         "every group size.\n\n"
         + markdown_table(headers, rows)
         + "\n\nTargets (ratios of medians):\n\n"
         + markdown_table(["group size", "ratio", "target", "measured", ""], target_rows(results))
         + f"\n\n{load_averages(runs)}\n"
     )
-
-
-def sizes(args: argparse.Namespace) -> dict:
-    defaults = SMOKE if args.smoke else DEFAULTS
-    return {key: default if getattr(args, key) is None else getattr(args, key) for key, default in defaults.items()}
 
 
 def main() -> None:
@@ -321,7 +323,7 @@ def main() -> None:
     parser.add_argument("--name", default="prompt_once", help="name of the result files")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
     args = parser.parse_args()
-    size = sizes(args)
+    size = chosen_sizes(args, DEFAULTS, SMOKE)
     if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
         raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
 
@@ -338,12 +340,19 @@ def main() -> None:
             warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
             for runner in runners.values():
                 runner(warmup, judge_texts(tokenizer, warmup), args.calls)
-            results = measure(runners, tokenizer, size, args.calls, args.seed)
+            results = measure(
+                runners, tokenizer, size, args.calls, args.seed, lambda partial: write(args, size, partial)
+            )
+    write(args, size, results)
+
+
+def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
     config = {
         "judge": str(args.judge or f"{args.base_model} with a fresh head"),
         "vllm_python": args.vllm_python,
         "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
         **size,
+        "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
         "calls": args.calls,
         "seed": args.seed,
         "server_flags": SERVER_FLAGS,
