@@ -29,8 +29,11 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.utils import is_flash_attn_2_available
 
+from .base import length_groups
+
 PACKED_ATTENTION = "judge_packed_groups"  # the attention implementation name a packing model is switched to
 LAYOUT_KWARG = "packed_layout"  # the forward keyword that carries a row's RowLayout to every attention layer
+ATTENTION_BATCH_SCORES = 1 << 22  # most attention scores per head of one batched SDPA call (16 MiB in fp32)
 
 
 def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
@@ -73,6 +76,46 @@ class RowLayout:
 
     segments: tuple[Segment, ...]
     tokens: int
+
+    def attention_batches(self) -> list[tuple[torch.Tensor, ...]]:
+        """The segments in padded batches for segment_sdpa_attention, computed once per row (every layer reads
+        them): per batch, each segment's query positions (segments, queries), key positions (segments, keys),
+        the boolean mask (segments, queries, keys) and which queries are real (segments, queries). Segments
+        of similar query lengths share a batch (at most a quarter padding), of at most ATTENTION_BATCH_SCORES
+        scores per head."""
+        cached = self.__dict__.get("_attention_batches")
+        if cached is None:
+            cached = [self._attention_batch(batch) for batch in self._segment_batches()]
+            object.__setattr__(self, "_attention_batches", cached)
+        return cached
+
+    def _segment_batches(self) -> list[list[Segment]]:
+        batches = []
+        for group in length_groups([s.end - s.start for s in self.segments], 0.25):
+            segments = [self.segments[index] for index in group]
+            scores = max(s.end - s.start for s in segments) * max(s.keys for s in segments)
+            size = max(1, ATTENTION_BATCH_SCORES // scores)
+            batches += [segments[start : start + size] for start in range(0, len(segments), size)]
+        return batches
+
+    @staticmethod
+    def _attention_batch(segments: list[Segment]) -> tuple[torch.Tensor, ...]:
+        queries = max(s.end - s.start for s in segments)
+        keys = max(s.keys for s in segments)
+        query_index = torch.zeros(len(segments), queries, dtype=torch.long)
+        key_index = torch.zeros(len(segments), keys, dtype=torch.long)
+        mask = torch.ones(len(segments), queries, keys, dtype=torch.bool)  # a padded query sees every key
+        valid = torch.zeros(len(segments), queries, dtype=torch.bool)
+        for row, s in enumerate(segments):
+            length, prompt = s.end - s.start, s.prompt_end - s.prompt_start
+            query_index[row, :length] = torch.arange(s.start, s.end)
+            key_index[row, : s.keys] = torch.cat(
+                [torch.arange(s.prompt_start, s.prompt_end), torch.arange(s.start, s.end)]
+            )
+            mask[row, :length] = False
+            mask[row, :length, : s.keys] = torch.ones(length, s.keys, dtype=torch.bool).tril(prompt)
+            valid[row, :length] = True
+        return query_index, key_index, mask, valid
 
     def key_index(self, device) -> torch.Tensor:
         """Per segment, the row positions of its keys (prompt, then itself), concatenated: varlen's K/V gather."""
@@ -204,27 +247,25 @@ def packed_attention(module, query, key, value, attention_mask, dropout=0.0, sca
 
 
 def segment_sdpa_attention(module, query, key, value, layout: RowLayout, scaling) -> torch.Tensor:
-    """SDPA per segment, each with only the keys it may see: a prefix causally over itself; a completion over
-    its prefix and causally over itself (the causal diagonal aligned to the last key)."""
+    """SDPA over the segments, each with only the keys it may see: a prefix causally over itself; a completion
+    over its prefix and causally over itself. Segments of similar lengths are padded into one batched call
+    (layout.attention_batches), so a row costs a few calls per layer, not one per segment."""
     groups = getattr(module, "num_key_value_groups", 1)
-    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    outputs = []
-    for segment in layout.segments:
-        queries = query[:, :, segment.start : segment.end]
-        span = slice(segment.start, segment.end)
-        if segment.prompt_start == segment.prompt_end:
-            out = F.scaled_dot_product_attention(
-                queries, key[:, :, span], value[:, :, span], is_causal=True, scale=scaling
-            )
-        else:
-            prompt = slice(segment.prompt_start, segment.prompt_end)
-            keys = torch.cat([key[:, :, prompt], key[:, :, span]], dim=2)
-            values = torch.cat([value[:, :, prompt], value[:, :, span]], dim=2)
-            prompt_length = segment.prompt_end - segment.prompt_start
-            mask = torch.ones(queries.shape[2], segment.keys, dtype=torch.bool, device=query.device).tril(prompt_length)
-            out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scaling)
-        outputs.append(out)
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+    key, value = repeat_kv(key, groups)[0], repeat_kv(value, groups)[0]
+    query = query[0]
+    heads, _, dim = query.shape
+    output = query.new_empty(layout.tokens, heads, dim)
+    for batch in layout.attention_batches():
+        query_index, key_index, mask, valid = (tensor.to(query.device) for tensor in batch)
+        out = F.scaled_dot_product_attention(
+            query[:, query_index].transpose(0, 1),
+            key[:, key_index].transpose(0, 1),
+            value[:, key_index].transpose(0, 1),
+            attn_mask=mask[:, None],
+            scale=scaling,
+        )
+        output[query_index[valid]] = out.transpose(1, 2)[valid]
+    return output.unsqueeze(0)
 
 
 def flash_varlen_attention(query, key, value, layout: RowLayout, scaling) -> torch.Tensor:
