@@ -216,3 +216,15 @@ def test_the_server_scores_one_item_requests_of_shared_prompts_as_today(tiny_sca
         for key in ("raw_reward", "raw_reward_a", "raw_reward_b"):
             if key in expected["metadata"]:
                 assert answer["metadata"][key] == pytest.approx(expected["metadata"][key], abs=TOLERANCE)
+
+
+def test_attention_batches_of_one_segment_give_the_same_outputs(tiny_scalar_judge_dir, tokenizer, monkeypatch):
+    engine = load_engine(tiny_scalar_judge_dir, tokenizer, prompt_once=True)
+    items = mixed_items()
+    inputs, groups = judge_inputs(tokenizer, items), prompt_groups(items)
+    batched = torch.tensor(engine.raw_outputs(inputs, groups))
+    monkeypatch.setattr(packing, "ATTENTION_BATCH_SCORES", 1)  # every segment alone in its SDPA call
+    row = packing.pack_groups([[inputs[i] for i in group] for group in groups], max_tokens=10_000)[0]
+    assert len(row.layout.attention_batches()) == len(row.layout.segments)
+    alone = torch.tensor(engine.raw_outputs(inputs, groups))
+    assert torch.allclose(alone, batched, atol=TOLERANCE, rtol=0)
