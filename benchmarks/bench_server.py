@@ -40,6 +40,7 @@ from benchmarks.common import (
     RESULTS_DIR,
     RunLog,
     add_ratios,
+    chosen_sizes,
     load_averages,
     markdown_table,
     median_and_range,
@@ -228,11 +229,6 @@ def report(results: list[dict], config: dict) -> str:
     )
 
 
-def sizes(args: argparse.Namespace) -> dict:
-    defaults = SMOKE if args.smoke else DEFAULTS
-    return {key: default if getattr(args, key) is None else getattr(args, key) for key, default in defaults.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-model", required=True, help="HF causal LM directory the scalar judge is built from")
@@ -250,7 +246,7 @@ def main() -> None:
     parser.add_argument("--name", default="server", help="name of the result files")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
     args = parser.parse_args()
-    size = sizes(args)
+    size = chosen_sizes(args, DEFAULTS, SMOKE)
     if size["repetitions"] < 1 or size["requests"] < 1 or min(size["concurrency"]) < 1:
         raise SystemExit("--repetitions, --requests and --concurrency must be positive")
 

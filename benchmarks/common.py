@@ -51,6 +51,13 @@ def machine() -> dict:
     }
 
 
+def chosen_sizes(args, defaults: dict, smoke: dict) -> dict:
+    """The run sizes: each option given on the command line (an argparse attribute of the same name, None when
+    not given), else the smoke or the full default."""
+    base = smoke if args.smoke else defaults
+    return {key: default if getattr(args, key) is None else getattr(args, key) for key, default in base.items()}
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation."""
     if not values:
