@@ -1,6 +1,8 @@
 """Dynamic batching: judgements (and comparisons) of concurrent requests are collected into batches for one
 model worker thread, so the event loop never runs the model and every request is answered through its own
-future. A batch holds one kind of work: judge items or comparison items."""
+future. A batch holds one kind of work: judge items or comparison items. For a judge that computes a shared
+prompt once (a scalar judge), a batch takes the queued items prompt by prompt, so that the completions of one
+GRPO group, even when they come in separate one-item requests, meet in one batch."""
 
 from __future__ import annotations
 
@@ -13,12 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .judges import ComparisonItem, JudgeItem, Verdict
+from .judges.base import prompt_key
 
 log = logging.getLogger(__name__)
 
 Work = JudgeItem | ComparisonItem
 ScoreBatch = Callable[[Sequence[Work]], list[Verdict]]
 BatchObserver = Callable[[int, float], None]
+
+
+def prompt_of(work: Work) -> str:
+    """The key that groups work by prompt (both kinds of work have one)."""
+    return prompt_key(work.prompt)
 
 
 class QueueFull(RuntimeError):
@@ -52,12 +60,14 @@ class _Pending:
     item: Work
     future: asyncio.Future
     enqueued_at: float
+    prompt: str | None  # prompt_of(item) when batches group by prompt
 
 
 class DynamicBatcher:
     """Collects up to `max_batch_size` judgements, waiting at most `batch_timeout` seconds after the
     oldest one arrived, and runs each batch on a single model worker thread: judge items through
-    `score_batch`, comparison items through `compare_batch`."""
+    `score_batch`, comparison items through `compare_batch`. With `group_by_prompt`, a batch takes the
+    queued items of the oldest item's prompt first, then those of the next oldest prompt, and so on."""
 
     def __init__(
         self,
@@ -67,7 +77,9 @@ class DynamicBatcher:
         max_queue_size: int,
         on_batch: BatchObserver,
         compare_batch: ScoreBatch,
+        group_by_prompt: bool = False,
     ):
+        self._group_by_prompt = group_by_prompt
         self._runs = {JudgeItem: score_batch, ComparisonItem: compare_batch}
         self._max_batch_size = max_batch_size
         self._batch_timeout = batch_timeout
@@ -107,7 +119,11 @@ class DynamicBatcher:
                 f"--max-queue-size {self._max_queue_size}"
             )
         loop = asyncio.get_running_loop()
-        pending = [_Pending(item, loop.create_future(), time.monotonic()) for item in items]
+        now = time.monotonic()
+        pending = [
+            _Pending(item, loop.create_future(), now, prompt_of(item) if self._group_by_prompt else None)
+            for item in items
+        ]
         self._unanswered += len(pending)
         self._waiting.extend(pending)
         self._arrived.set()
@@ -134,7 +150,9 @@ class DynamicBatcher:
 
     async def _next_batch(self) -> list[_Pending]:
         """Up to max_batch_size live judgements of the oldest one's kind, once the batch is full or its oldest
-        waited batch_timeout; work of the other kind keeps its place in the queue."""
+        waited batch_timeout; work of the other kind, and what does not fit, keeps its place in the queue.
+        Grouping by prompt changes which items the batch takes, never when it runs: the oldest item is always in
+        it, and an item gives its place only to items that share a prompt with an older one."""
         while not self._waiting:
             self._arrived.clear()
             await self._arrived.wait()
@@ -146,11 +164,14 @@ class DynamicBatcher:
             except asyncio.TimeoutError:
                 break
         kind = type(self._waiting[0].item)
-        batch, others = [], collections.deque()
-        while self._waiting and len(batch) < self._max_batch_size:
-            pending = self._waiting.popleft()
-            if pending.future.done():
-                continue
-            (batch if type(pending.item) is kind else others).append(pending)
-        self._waiting.extendleft(reversed(others))
+        live = [pending for pending in self._waiting if not pending.future.done()]
+        candidates = [pending for pending in live if type(pending.item) is kind]
+        if self._group_by_prompt:
+            by_prompt: dict[str | None, list[_Pending]] = {}
+            for pending in candidates:
+                by_prompt.setdefault(pending.prompt, []).append(pending)
+            candidates = [pending for group in by_prompt.values() for pending in group]
+        batch = candidates[: self._max_batch_size]
+        taken = {id(pending) for pending in batch}
+        self._waiting = collections.deque(pending for pending in live if id(pending) not in taken)
         return batch

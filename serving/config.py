@@ -36,6 +36,16 @@ class JudgeConfig:
         "transformers backend: most padding a forward pass may carry (share of its tokens); texts of other "
         "lengths go to another pass of the same batch",
     )
+    no_prompt_once: bool = option(
+        False,
+        "scalar judge: score every judge input as its own sequence, as before prompt-once (by default the inputs "
+        "of a batch that share a prompt are packed with that prompt computed once)",
+    )
+    max_tokens_per_forward: int = option(
+        16384,
+        "scalar judge, prompt-once: most tokens of one packed forward pass; a group longer than this gets a pass "
+        "of its own",
+    )
     max_new_tokens: int = option(512, "generative judge: most tokens generated per judgement")
     temperature: float = option(0.0, "generative judge: sampling temperature; 0 is greedy decoding")
     top_p: float = option(1.0, "generative judge: nucleus sampling mass (with temperature > 0)")
@@ -69,6 +79,7 @@ class JudgeConfig:
         require(self.judge == "rule" or bool(self.model), "--model is required unless --judge rule")
         require(self.max_input_tokens > 0, "max_input_tokens must be positive")
         require(0 <= self.max_padding_fraction < 1, "max_padding_fraction must be in [0, 1)")
+        require(self.max_tokens_per_forward > 0, "max_tokens_per_forward must be positive")
         require(self.max_new_tokens > 0, "max_new_tokens must be positive")
         require(self.temperature >= 0, "temperature must be >= 0")
         require(0 < self.top_p <= 1, "top_p must be in (0, 1]")

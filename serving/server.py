@@ -36,6 +36,7 @@ class LocalJudgeService:
             config.max_queue_size,
             on_batch=metrics.observe_batch,
             compare_batch=judge.compare_batch,
+            group_by_prompt=judge.computes_shared_prompts_once,
         )
         metrics.watch_queue_depth(lambda: self._batcher.queue_depth)
 

@@ -1,4 +1,5 @@
-"""Packed Bradley-Terry forwards (training/packing.py) against the unpacked model on the tiny judge.
+"""Packed Bradley-Terry forwards (training/packing.py, on serving/judges/packing.py) against the unpacked model
+on the tiny judge.
 
 The reference is `padded_rewards`, the reward every other path reads (test_scalar_reward_paths.py checks it
 against each sequence alone). Pairs mix prompt and response lengths, have multi-turn prompts, and share rows;
@@ -14,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from judge_rewards.protocol import templates
+from serving.judges import packing as judge_packing
 from serving.judges.scalar_model import padded_rewards, right_padded
 from training import bt_trainer, packing
 
@@ -57,7 +59,7 @@ def load_model(model_dir, packed: bool):
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="sdpa")
     if packed:
-        packing.use_packed_attention(model)
+        judge_packing.use_packed_attention(model)
     return model
 
 
@@ -78,29 +80,29 @@ def unpacked_rewards(model, pairs, pad_token_id) -> torch.Tensor:
     return padded_rewards(model, input_ids, padding_mask).view(-1, 2)
 
 
-def rewards_of_rows(model, rows: list[packing.PackedRow], pairs: int) -> torch.Tensor:
+def rewards_of_rows(model, rows: list[judge_packing.PackedRow], pairs: int) -> torch.Tensor:
     rewards = [None] * pairs
     for row in rows:
-        for index, reward in zip(row.pairs, packing.packed_rewards(model, row), strict=True):
+        for index, reward in zip(row.groups, packing.packed_rewards(model, row), strict=True):
             rewards[index] = reward
     return torch.stack(rewards)
 
 
-def shared_rows(pairs) -> list[packing.PackedRow]:
+def shared_rows(pairs) -> list[judge_packing.PackedRow]:
     """Rows of a budget that puts several pairs in most rows."""
     lengths = [packing.useful_tokens(*pair) for pair in pairs]
     rows = packing.pack_pairs(pairs, max_tokens=3 * max(lengths))
-    assert max(len(row.pairs) for row in rows) >= 3 and len(rows) > 1
+    assert max(len(row.groups) for row in rows) >= 3 and len(rows) > 1
     return rows
 
 
 def test_a_pairs_prompt_is_packed_once_with_positions_of_its_unpacked_sequences():
     chosen, rejected = [7, 8, 9, 1, 2], [7, 8, 9, 3]
     row = packing.pack_pairs([([4, 5], [4, 6, 6]), (chosen, rejected)], max_tokens=100)[0]
-    assert row.pairs == [1, 0]  # longest first
+    assert row.groups == [1, 0]  # longest first
     assert row.input_ids.tolist() == [[7, 8, 9, 1, 2, 3, 4, 5, 6, 6]]
     assert row.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 1, 2]]
-    assert row.reward_positions.tolist() == [[4, 5], [7, 9]]
+    assert row.output_positions.tolist() == [4, 5, 7, 9]
     # identical sides, or one side a prefix of the other: each keeps its last token as its response
     assert packing.shared_prompt_length([1, 2, 3], [1, 2, 3]) == 2
     assert packing.shared_prompt_length([1, 2], [1, 2, 3]) == 1
@@ -109,7 +111,7 @@ def test_a_pairs_prompt_is_packed_once_with_positions_of_its_unpacked_sequences(
 
 def test_rows_hold_every_pair_once_within_the_budget():
     lengths = [5, 9, 3, 12, 7, 1, 4]
-    rows = packing.rows_by_token_budget(lengths, max_tokens=10)
+    rows = judge_packing.rows_by_token_budget(lengths, max_tokens=10)
     assert sorted(index for row in rows for index in row) == list(range(len(lengths)))
     assert rows == [[3], [1, 5], [4, 2], [0, 6]]  # first fit, longest first; 12 is longer than the budget: alone
 

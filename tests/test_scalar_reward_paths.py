@@ -19,7 +19,7 @@ from judge_rewards.protocol import templates
 from judge_rewards.protocol.judge_api import JudgeItem
 from judge_rewards.protocol.judge_spec import load_judge_spec
 from serving.config import JudgeConfig
-from serving.judges.base import length_groups
+from serving.judges import packing
 from serving.judges.scalar import ScalarJudge
 from serving.judges.scalar_model import padded_rewards, right_padded
 from training import bt_trainer, export
@@ -141,9 +141,8 @@ def test_the_trainers_rewards_carry_gradients(model, tokenizer, pair_file):
 
 def test_the_exports_calibration_uses_each_sequences_own_reward(tiny_scalar_judge_dir, pair_file, alone):
     pairs, rewards = export.validation_rewards(tiny_scalar_judge_dir, pair_file, max_length=4096, truncation="left")
-    lengths = [len(ids) for pair in pairs.pairs for ids in pair[:2]]
-    groups = length_groups(lengths, export.SCORING_MAX_PADDING_FRACTION, export.SCORING_BATCH_SIZE)
-    assert any(len({lengths[i] for i in group}) > 1 for group in groups), "a calibration pass must mix lengths"
+    rows = packing.pack_groups([list(pair[:2]) for pair in pairs.pairs], export.SCORING_BATCH_SIZE * 4096)
+    assert max(len(row.groups) for row in rows) > 1, "a calibration pass must pack pairs of several lengths"
     assert rewards == pytest.approx(alone, abs=TOLERANCE)
     summary = export.validation_summary(pairs, rewards)
     assert summary["reward_center"] == pytest.approx(statistics.fmean(alone), abs=TOLERANCE)

@@ -154,6 +154,24 @@ def test_judgements_and_comparisons_queue_together_but_never_share_a_batch():
     assert [verdicts[0].score for verdicts in answers] == [n / 100 if n % 2 else n / (n + 1) for n in range(1, 9)]
 
 
+@pytest.mark.parametrize("group_by_prompt", [True, False])
+def test_batches_can_take_the_queued_items_prompt_by_prompt_oldest_first(group_by_prompt):
+    batches = []
+
+    def score_batch(items):
+        batches.append("".join(item.prompt for item in items))
+        return [Verdict(score=len(item.completion) / 100) for item in items]
+
+    prompts = "bacabacab"  # one-item requests, as verl's per-sample calls send a GRPO group's completions
+    requests = [[JudgeItem(prompt, "x" * n)] for n, prompt in enumerate(prompts, 1)]
+    answers, _ = _run_batcher(
+        score_batch, requests, max_batch_size=4, batch_timeout=0.5, max_queue_size=100, group_by_prompt=group_by_prompt
+    )
+    # the oldest item's prompt first, then the next oldest's; what does not fit keeps its place
+    assert batches == (["bbba", "ccaa", "a"] if group_by_prompt else ["baca", "baca", "b"])
+    assert [verdicts[0].score for verdicts in answers] == [n / 100 for n in range(1, 10)]
+
+
 def test_a_failing_item_fails_alone():
     items = [JudgeItem("p", "ok"), JudgeItem("p", "boom"), JudgeItem("p", "fine")]
     verdicts = score_isolating_failures(_score_by_length([]), items)

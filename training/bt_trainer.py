@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 
 from judge_rewards.protocol import templates
+from serving.judges.packing import PackedRow, use_packed_attention
 from serving.judges.scalar_model import padded_rewards, right_padded
 from training import packing
 from training.scalar_head_trainer import (
@@ -182,9 +183,9 @@ def padded_token_counts(micro_batch: TensorDict, attention_mask: torch.Tensor) -
     return [tokens, useful, attention_mask.numel(), attention_mask.numel() - tokens]
 
 
-def packed_token_counts(pairs: list[tuple[list[int], list[int]]], row: packing.PackedRow) -> list[int]:
+def packed_token_counts(pairs: list[tuple[list[int], list[int]]], row: PackedRow) -> list[int]:
     """tokens, useful, computed, padding of a packed forward: it computes the useful tokens only."""
-    tokens = sum(len(pairs[index][0]) + len(pairs[index][1]) for index in row.pairs)
+    tokens = sum(len(pairs[index][0]) + len(pairs[index][1]) for index in row.groups)
     return [tokens, row.tokens, row.tokens, 0]
 
 
@@ -198,7 +199,7 @@ def pair_forwards(
         pairs = batch_pairs(batch)
         device = batch["input_ids"].device
         for row in packing.pack_pairs(pairs, bt.token_budget(micro_batch_size, max_length), device):
-            margins = batch["margin"][torch.tensor(row.pairs, device=device)]
+            margins = batch["margin"][torch.tensor(row.groups, device=device)]
             yield packing.packed_rewards(model, row), margins, packed_token_counts(pairs, row)
         return
     for micro_batch in length_sorted_micro_batches(batch, micro_batch_size):
@@ -269,7 +270,7 @@ class BradleyTerryTrainer(ScalarHeadTrainer):
 
     def _configure_model(self, model) -> None:
         if self.bt.packing:
-            packing.use_packed_attention(model)
+            use_packed_attention(model)
 
     def _describe(self) -> str:
         data = self.config.data

@@ -45,7 +45,7 @@ FSDP_CONFIG_FILE = "fsdp_config.json"
 HF_SUBDIR = "huggingface"  # where verl's checkpoint manager saves the config and tokenizer
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-SCORING_BATCH_SIZE = 8  # most sequences per forward pass of the calibration
+SCORING_BATCH_SIZE = 8  # most sequences per forward pass of the calibration (packed: of that many longest ones)
 SCORING_MAX_PADDING_FRACTION = 0.25  # most padding per forward pass (the judge server's default)
 # A model that is not a judge (an RL policy) gets no judge.json, which would tell the judge server to serve
 # it as one; what it was trained with goes here instead.
@@ -258,17 +258,18 @@ def export_causal_lm(
 
 def validation_rewards(model_dir: Path, val_file: str, max_length: int, truncation: str):
     """The validation pairs (a PairDataset), tokenized as in training, and the exported model's rewards of
-    their sequences: pair 0's chosen and rejected, then pair 1's, and so on."""
-    from serving.judges.scalar_model import sequence_rewards
+    their sequences: pair 0's chosen and rejected, then pair 1's, and so on. Each pair's prompt is computed
+    once, as the trainer and the judge server compute it (serving/judges/packing.py)."""
+    from serving.judges.packing import use_packed_attention
+    from serving.judges.scalar_model import prompt_once_outputs
     from training.bt_trainer import PairDataConfig, PairDataset
 
     tokenizer, model = _scoring_model(model_dir)
+    use_packed_attention(model)
     pairs = PairDataset(val_file, tokenizer, PairDataConfig(max_length, truncation, need_margin=False))
-    sequences = [ids for chosen, rejected, _ in pairs.pairs for ids in (chosen, rejected)]
-    rewards = sequence_rewards(
-        model, sequences, tokenizer.pad_token_id, SCORING_MAX_PADDING_FRACTION, max_batch_size=SCORING_BATCH_SIZE
-    )
-    return pairs, rewards
+    groups = [[chosen, rejected] for chosen, rejected, _ in pairs.pairs]
+    outputs = prompt_once_outputs(model, groups, SCORING_BATCH_SIZE * max_length)
+    return pairs, [sequence[0] for group in outputs for sequence in group]
 
 
 def validation_summary(pairs, rewards: list[float]) -> dict:

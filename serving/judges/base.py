@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from judge_rewards.protocol.judge_api import ComparisonItem, JudgeItem  # noqa: F401 (re-exported)
+from judge_rewards.protocol.templates import Conversation, as_messages
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Judge(abc.ABC):
     """A loaded judge. `score_batch` runs on the model worker thread only, never on the event loop."""
 
     identity: JudgeIdentity
+    computes_shared_prompts_once = False  # whether items that share a prompt cost less in one batch
 
     @abc.abstractmethod
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
@@ -60,6 +63,12 @@ class Judge(abc.ABC):
     def can_compare(self) -> bool:
         """Whether this judge answers /compare: its class implements compare_batch."""
         return type(self).compare_batch is not Judge.compare_batch
+
+
+def prompt_key(prompt: Conversation) -> str:
+    """A prompt's identity, the same for equal conversations (a text prompt is its one user turn): what groups
+    judge inputs that share a prompt (the scalar judge computes it once, the batcher keeps them together)."""
+    return json.dumps(as_messages(prompt), ensure_ascii=False, sort_keys=True)
 
 
 def length_groups(

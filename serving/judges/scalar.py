@@ -14,7 +14,7 @@ from judge_rewards.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_at
 
 from ..config import JudgeConfig
 from . import hf, scalar_model
-from .base import ComparisonItem, Judge, JudgeItem, Verdict
+from .base import ComparisonItem, Judge, JudgeItem, Verdict, prompt_key
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,14 @@ class _Read:
 
     outputs: list[float]
     input_tokens: int
+
+
+def prompt_groups(items: Sequence[JudgeItem]) -> list[list[int]]:
+    """The items' indices grouped by prompt (equal text, or equal messages), in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault(prompt_key(item.prompt), []).append(index)
+    return list(groups.values())
 
 
 class ScalarJudge(Judge):
@@ -43,6 +51,14 @@ class ScalarJudge(Judge):
             .eval()
         )
         self._check_head()
+        self.computes_shared_prompts_once = not config.no_prompt_once
+        self._engine: scalar_model.ScalarEngine = scalar_model.TransformersEngine(
+            self._model,
+            self._tokenizer.pad_token_id,
+            config.max_padding_fraction,
+            config.max_tokens_per_forward,
+            prompt_once=not config.no_prompt_once,
+        )
 
     def _attribute_weights(self) -> dict[str, float]:
         """Every attribute's weight: --attribute-weights when given (attributes left out weigh 0), else judge.json's."""
@@ -91,7 +107,8 @@ class ScalarJudge(Judge):
         return [self._comparison(reads[2 * index], reads[2 * index + 1]) for index in range(len(items))]
 
     def _read(self, items: Sequence[JudgeItem]) -> list[_Read | Verdict]:
-        """Per item, the model's outputs, or an error verdict saying why they cannot be read; one batched pass."""
+        """Per item, the model's outputs, or an error verdict saying why they cannot be read; one engine call,
+        in which the items that share a prompt form a group."""
         encodings = self.input_ids(items)
         reads: list[_Read | Verdict | None] = list(hf.length_verdicts(encodings, self._config.max_input_tokens))
         pad_token_id = self._tokenizer.pad_token_id
@@ -99,9 +116,8 @@ class ScalarJudge(Judge):
             if reads[index] is None and ids[-1] == pad_token_id:
                 reads[index] = Verdict.failed("the judge input ends with the pad token; its reward cannot be read")
         readable = [i for i, read in enumerate(reads) if read is None]
-        outputs = scalar_model.sequence_outputs(
-            self._model, [encodings[i] for i in readable], pad_token_id, self._config.max_padding_fraction
-        )
+        groups = prompt_groups([items[i] for i in readable])
+        outputs = self._engine.raw_outputs([encodings[i] for i in readable], groups)
         for index, row in zip(readable, outputs, strict=True):
             reads[index] = self._checked(row, len(encodings[index]))
         return reads

@@ -5,16 +5,23 @@ multi-attribute judge has one output per attribute at that token (`padded_output
 One implementation for the three places that read it: the Bradley-Terry trainer's forward pass, the
 export's calibration (the judge's reward_center / reward_scale) and the scalar judge of the server, so that
 the same tokens get the same reward in all three. Sequences are right-padded: the reward token then keeps
-the position it has in the unpadded sequence. The trainer's packed forwards (training/packing.py) read the
-same head at chosen tokens of one packed row instead (token_rewards).
+the position it has in the unpadded sequence. Sequences that share a prompt are packed instead, the prompt
+computed once (packing.py, `prompt_once_outputs`); the trainer packs its pairs the same way.
+
+The server's scalar judge calls its model through a `ScalarEngine`: raw outputs for judge inputs that know
+their shared-prompt groups. `TransformersEngine` is this module's; another engine (a vLLM pooling runner)
+can answer the same call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
+from . import packing
 from .base import length_groups
 
 
@@ -43,7 +50,7 @@ def padded_outputs(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -
     """The fp32 outputs (batch, num_labels) of a right-padded batch, differentiable (the trainers backpropagate
     them). Only SDPA attention takes the boolean 4D mask: flash_attention_2 accepts nothing but the 2D mask,
     and eager attention would add a boolean mask to its scores instead of masking them."""
-    sdpa = model.config._attn_implementation == "sdpa"
+    sdpa = model.config._attn_implementation in ("sdpa", packing.PACKED_ATTENTION)
     attention_mask = right_padded_causal_mask(padding_mask) if sdpa else padding_mask
     return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.float()
 
@@ -51,29 +58,6 @@ def padded_outputs(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -
 def padded_rewards(model, input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
     """The fp32 rewards (batch,) of a right-padded batch: the first output of each sequence."""
     return padded_outputs(model, input_ids, padding_mask)[:, 0]
-
-
-def scoring_head(model) -> torch.nn.Module:
-    """The one-label head (`score`) of a sequence-classification model, also inside an FSDP1 wrapper."""
-    head = getattr(getattr(model, "module", model), "score", None)
-    if not isinstance(head, torch.nn.Module):
-        raise ValueError(f"{type(model).__name__} has no `score` head: not a sequence-classification model")
-    return head
-
-
-def token_rewards(model, positions: torch.Tensor, **inputs) -> torch.Tensor:
-    """The fp32 rewards read at token `positions` of a one-row forward (batch 1), differentiable. The model's
-    own output is pooled at the last non-pad token; the head's output at every position is taken instead,
-    as it leaves the head inside the model's forward (which a wrapper such as FSDP must run itself)."""
-    scores = []
-    handle = scoring_head(model).register_forward_hook(lambda module, args, output: scores.append(output))
-    try:
-        pooled = model(**inputs, use_cache=False).logits
-    finally:
-        handle.remove()
-    # FSDP starts its backward (unsharding, gradient reduction) from hooks on the forward's outputs, so the
-    # rewards must reach back through one: the pooled output joins them with weight zero.
-    return scores[0][0, positions, 0].float() + 0.0 * pooled.sum()
 
 
 def sequence_outputs(
@@ -106,3 +90,59 @@ def sequence_rewards(
 ) -> list[float]:
     """The rewards (first outputs) of token sequences, in their order, as `sequence_outputs` computes them."""
     return [row[0] for row in sequence_outputs(model, sequences, pad_token_id, max_padding_fraction, max_batch_size)]
+
+
+def prompt_once_outputs(
+    model, groups: Sequence[Sequence[Sequence[int]]], max_tokens_per_forward: int
+) -> list[list[list[float]]]:
+    """The outputs of groups of token sequences that share a prompt, group by group and in their order, without
+    gradients: each group packed with its prompt computed once (packing.py), in rows of at most
+    `max_tokens_per_forward` tokens. The model must use packed attention."""
+    outputs: list[list[list[float]]] = [[] for _ in groups]
+    for row in packing.pack_groups(groups, max_tokens_per_forward, model.device):
+        with torch.inference_mode():
+            row_outputs = iter(packing.packed_outputs(model, row).tolist())
+        for group in row.groups:
+            outputs[group] = [next(row_outputs) for _ in groups[group]]
+    return outputs
+
+
+class ScalarEngine(Protocol):
+    """A scalar judge's model call."""
+
+    def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The raw outputs (num_labels each: the reward, or one per attribute) of judge inputs (token ids, each
+        ending with a token other than the pad token), in their order. `groups` partitions the inputs'
+        indices into inputs that share a prompt; an engine may compute each group's shared prefix once."""
+
+
+@dataclass
+class TransformersEngine:
+    """A transformers sequence-classification model in this process. Prompt-once (the default) packs every
+    group of two or more inputs with its prompt computed once; single inputs, which have nothing to share,
+    take today's padded forwards (length groups of at most `max_padding_fraction` padding)."""
+
+    model: torch.nn.Module
+    pad_token_id: int
+    max_padding_fraction: float
+    max_tokens_per_forward: int
+    prompt_once: bool = True
+
+    def __post_init__(self):
+        if self.prompt_once:
+            packing.use_packed_attention(self.model)
+
+    def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
+        shared = [list(group) for group in groups if self.prompt_once and len(group) > 1]
+        alone = [index for group in groups if not (self.prompt_once and len(group) > 1) for index in group]
+        outputs: list[list[float]] = [[] for _ in inputs]
+        padded = sequence_outputs(self.model, [inputs[i] for i in alone], self.pad_token_id, self.max_padding_fraction)
+        for index, values in zip(alone, padded, strict=True):
+            outputs[index] = values
+        packed = prompt_once_outputs(
+            self.model, [[inputs[i] for i in group] for group in shared], self.max_tokens_per_forward
+        )
+        for group, group_outputs in zip(shared, packed, strict=True):
+            for index, values in zip(group, group_outputs, strict=True):
+                outputs[index] = values
+        return outputs

@@ -1,0 +1,356 @@
+"""Benchmark 6: prompt-once scoring vs today's batching vs vLLM's pooling runner, on GRPO-shaped judge traffic.
+
+    python -m benchmarks.bench_prompt_once --judge runs/demo/bt/hf \\
+        --vllm-python /work/venvs/vllm-bench/bin/python --name prompt_once_smollm2          # ~1 h on 2 cores
+    python -m benchmarks.bench_prompt_once --base-model DIR --smoke --results-dir /tmp/r   # a quick check
+
+Traffic: one GRPO step's rewards, P prompts x N completions (N, the group size: 1, 4, 8 and 16; P x N =
+--items, 64), sent to the judge server as --calls (2) concurrent /batch_judge calls that split the items in
+order, so a group's completions arrive together as the reward adapter sends them. Lengths: prompts of about
+215 judge-input tokens and completions of about 85 (the issue's measured GRPO traffic: 216 and 83 on
+average; issue 19 suggests about 250 and 100), random words, drawn afresh for every repetition and group
+size (an RL step never repeats its texts), the same texts for every method within a repetition.
+
+Methods, measured one after another at each group size, their order rotated from one repetition to the next:
+- today: `python -m serving --no-prompt-once` (every judge input its own sequence, padded forwards);
+- prompt-once: `python -m serving` (the default: a batch's items that share a prompt packed with that
+  prompt computed once);
+- vllm pooling (with --vllm-python): vLLM's own pooling runner, `LLM(runner="pooling",
+  enable_prefix_caching=True).classify` on the same judge-input texts, offline, no HTTP, in its own
+  interpreter (benchmarks/vllm_pooling.py), one call per run.
+Both servers run with their other defaults (max_batch_size 16, batch_timeout 0.05 s) and start once; the
+methods not being measured sit idle. Every run reports rewards/s (items / wall time of the whole run) and the
+largest difference of its raw rewards from today's. The results give median and range over the repetitions,
+ratios of medians, the targets, and the 1-minute load average before every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+
+from benchmarks.common import (
+    RESULTS_DIR,
+    RunLog,
+    add_ratios,
+    load_averages,
+    markdown_table,
+    median_and_range,
+    rotated,
+    summarize_runs,
+    write_results,
+)
+from tests.support.servers import start_server
+
+TODAY, PROMPT_ONCE, VLLM = "today", "prompt-once", "vllm pooling"
+SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: []}
+TARGETS = [  # (group size, method, against, at least): the issue's targets
+    (8, PROMPT_ONCE, TODAY, 2.0),
+    (8, PROMPT_ONCE, VLLM, 1.8),
+    (1, PROMPT_ONCE, TODAY, 0.95),
+]
+DEFAULTS = {"repetitions": 5, "items": 64, "group_sizes": [1, 4, 8, 16]}
+SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
+PROMPT_WORDS = (150, 250)  # words per prompt, drawn uniformly: about 215 judge-input tokens with the template
+COMPLETION_WORDS = (55, 110)  # words per completion: about 85 tokens (SmolLM2 tokenizer)
+VOCABULARY = (
+    "the answer explains why result holds and gives each step of reasoning with care so that a reader can check "
+    "every claim against question about capitals numbers units facts first second then because therefore however "
+    "example value equation solve find total sum difference product ratio percent time distance speed price cost "
+    "city country river mountain history science function variable list write code program return loop"
+)
+WORDS = VOCABULARY.split()
+
+
+def traffic(group_size: int, items: int, seed: str) -> list[dict]:
+    """`items` judge requests: items // group_size prompts, each with group_size completions, in group order."""
+    rng = random.Random(seed)
+    bodies = []
+    for prompt_index in range(items // group_size):
+        prompt = " ".join(rng.choices(WORDS, k=rng.randint(*PROMPT_WORDS))) + "?"
+        for completion_index in range(group_size):
+            completion = " ".join(rng.choices(WORDS, k=rng.randint(*COMPLETION_WORDS))) + "."
+            bodies.append(
+                {"prompt": prompt, "completion": completion, "request_id": f"{prompt_index}-{completion_index}"}
+            )
+    return bodies
+
+
+def token_counts(tokenizer, bodies: list[dict], group_size: int) -> dict:
+    """Judge-input tokens as today's server computes them, and with each prompt once."""
+    from judge_rewards.protocol import templates
+    from serving.judges.packing import shared_prefix_length, useful_tokens
+
+    conversations = [templates.conversation_messages(b["prompt"], b["completion"]) for b in bodies]
+    ids = templates.conversation_token_ids(tokenizer, conversations)
+    groups = [ids[start : start + group_size] for start in range(0, len(ids), group_size)]
+    prompt_tokens = [shared_prefix_length(group) if len(group) > 1 else None for group in groups]
+    return {
+        "computed_today": sum(len(sequence) for sequence in ids),
+        "computed_prompt_once": sum(useful_tokens(group) for group in groups),
+        "mean_input_tokens": round(sum(len(sequence) for sequence in ids) / len(ids), 1),
+        "mean_shared_prefix_tokens": (
+            round(sum(prompt_tokens) / len(prompt_tokens), 1) if prompt_tokens[0] is not None else None
+        ),
+    }
+
+
+def judge_texts(tokenizer, bodies: list[dict]) -> list[str]:
+    """The judge inputs as text: the chat template of each conversation (what vLLM is given)."""
+    from judge_rewards.protocol import templates
+
+    conversations = [templates.conversation_messages(b["prompt"], b["completion"]) for b in bodies]
+    return [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
+
+
+async def batch_judge(url: str, bodies: list[dict], calls: int) -> tuple[float, list[float]]:
+    """Wall time of `calls` concurrent /batch_judge calls over the bodies (split in order), and the raw rewards."""
+    size = -(-len(bodies) // calls)
+    chunks = [bodies[start : start + size] for start in range(0, len(bodies), size)]
+    async with httpx.AsyncClient(timeout=3600) as session:
+        started = time.perf_counter()
+        responses = await asyncio.gather(*(session.post(f"{url}/batch_judge", json={"requests": c}) for c in chunks))
+        wall = time.perf_counter() - started
+    rewards = []
+    for response in responses:
+        response.raise_for_status()
+        for answer in response.json()["responses"]:
+            if answer["score"] is None:
+                raise RuntimeError(f"judge failed: {answer}")
+            rewards.append(answer["metadata"]["raw_reward"])
+    return wall, rewards
+
+
+class VllmWorker:
+    """benchmarks/vllm_pooling.py in the vLLM environment's interpreter, started once."""
+
+    def __init__(self, python: str, model: Path, log_path: Path, kv_cache_gib: int):
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+            # every core, as the servers use them (vLLM's default keeps one for its front end)
+            "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        }
+        env.pop("PYTHONPATH", None)
+        script = Path(__file__).with_name("vllm_pooling.py")
+        self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())
+        self._process = subprocess.Popen(
+            [python, str(script), "--model", str(model)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self._read()  # ready
+
+    def _read(self) -> dict:
+        for line in self._process.stdout:
+            if line.startswith("RESULT "):
+                return json.loads(line.removeprefix("RESULT "))
+        raise RuntimeError(f"the vLLM worker exited ({self._process.wait()}); see its log {self._log.name}")
+
+    def classify(self, texts: list[str]) -> tuple[float, list[float]]:
+        self._process.stdin.write(json.dumps({"texts": texts}) + "\n")
+        self._process.stdin.flush()
+        result = self._read()
+        return result["wall_s"], result["raw_rewards"]
+
+    def close(self) -> None:
+        self._process.stdin.close()
+        try:
+            self._process.wait(120)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+
+@contextmanager
+def running_methods(judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_cache_gib: int) -> Iterator[dict]:
+    """Each method's runner: a function from (bodies, texts, calls) to (wall seconds, raw rewards)."""
+    with ExitStack() as stack:
+        runners = {}
+        for method, flags in SERVER_FLAGS.items():
+            command = ["--model", str(judge_dir), "--log-level", "warning", *flags]
+            url = stack.enter_context(start_server(command, log_path=log_dir / f"{method}.log")).url
+            runners[method] = lambda bodies, texts, calls, url=url: asyncio.run(batch_judge(url, bodies, calls))
+        if vllm_python:
+            worker = VllmWorker(vllm_python, judge_dir, log_dir / "vllm.log", kv_cache_gib)
+            stack.callback(worker.close)
+            runners[VLLM] = lambda bodies, texts, calls: worker.classify(texts)
+        yield runners
+
+
+def measure(runners: dict, tokenizer, size: dict, calls: int, seed: int) -> list[dict]:
+    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries."""
+    methods = list(runners)
+    runs = {group: {method: [] for method in methods} for group in size["group_sizes"]}
+    tokens = {group: [] for group in size["group_sizes"]}
+    log = RunLog()
+    for repetition in range(size["repetitions"]):
+        for group in size["group_sizes"]:
+            bodies = traffic(group, size["items"], seed=f"{seed}-{repetition}-{group}")
+            texts = judge_texts(tokenizer, bodies)
+            tokens[group].append(token_counts(tokenizer, bodies, group))
+            rewards = {}
+            for method in rotated(methods, repetition):
+                stamp = log.start(repetition)
+                wall, rewards[method] = runners[method](bodies, texts, calls)
+                runs[group][method].append(
+                    {**stamp, "wall_s": round(wall, 3), "rewards_per_s": round(len(bodies) / wall, 3)}
+                )
+                print(group, method, runs[group][method][-1], flush=True)
+            for method in methods:
+                difference = max(abs(a - b) for a, b in zip(rewards[method], rewards[TODAY], strict=True))
+                runs[group][method][-1]["max_raw_reward_difference_from_today"] = difference
+    results = []
+    for group, group_runs in runs.items():
+        summaries = {
+            method: summarize_runs(method_runs, ("rewards_per_s", "wall_s"))
+            for method, method_runs in group_runs.items()
+        }
+        add_ratios(summaries, "rewards_per_s", TODAY, "today")
+        if VLLM in summaries:
+            add_ratios(summaries, "rewards_per_s", VLLM, "vllm")
+        for summary in summaries.values():
+            summary["max_raw_reward_difference_from_today"] = max(
+                run["max_raw_reward_difference_from_today"] for run in summary["runs"]
+            )
+        results.append({"group_size": group, "tokens": tokens[group], "methods": summaries})
+    return results
+
+
+def target_rows(results: list[dict]) -> list[list]:
+    by_group = {level["group_size"]: level["methods"] for level in results}
+    rows = []
+    for group, method, against, at_least in TARGETS:
+        if group not in by_group or against not in by_group[group]:
+            continue
+        ratio = by_group[group][method]["rewards_per_s"]["median"] / by_group[group][against]["rewards_per_s"]["median"]
+        rows.append(
+            [
+                group,
+                f"{method} vs {against}",
+                f">= {at_least:.2f}x",
+                f"{ratio:.2f}x",
+                "met" if ratio >= at_least else "NOT met",
+            ]
+        )
+    return rows
+
+
+def report(results: list[dict], config: dict) -> str:
+    has_vllm = any(VLLM in level["methods"] for level in results)
+    rows = []
+    for level in results:
+        tokens = level["tokens"]
+        today_tokens = sum(t["computed_today"] for t in tokens) / len(tokens)
+        once_tokens = sum(t["computed_prompt_once"] for t in tokens) / len(tokens)
+        for method, result in level["methods"].items():
+            rows.append(
+                [
+                    level["group_size"],
+                    method,
+                    median_and_range(result["rewards_per_s"], 2),
+                    f"{result['rewards_per_s_vs_today']:.2f}x",
+                    *([f"{result['rewards_per_s_vs_vllm']:.2f}x"] if has_vllm else []),
+                    f"{result['max_raw_reward_difference_from_today']:.1e}",
+                    f"{today_tokens:.0f} / {once_tokens:.0f}",
+                ]
+            )
+    headers = [
+        "group size",
+        "method",
+        "rewards/s: median (min-max)",
+        "vs today (medians)",
+        *(["vs vLLM (medians)"] if has_vllm else []),
+        "max raw-reward diff. from today",
+        "tokens: each item whole / each prompt once (mean)",
+    ]
+    runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
+    mean_input = [t["mean_input_tokens"] for level in results for t in level["tokens"]]
+    return (
+        "## Prompt-once scoring vs today's batching vs vLLM's pooling runner (GRPO-shaped traffic)\n\n"
+        f"{config['judge']} scalar judge, fp32; {config['items']} items per run (prompts x group size) as "
+        f"{config['calls']} concurrent /batch_judge calls; mean judge input {sum(mean_input) / len(mean_input):.0f} "
+        f"tokens; fresh texts every repetition; {config['repetitions']} repetitions, the methods interleaved at "
+        "every group size.\n\n"
+        + markdown_table(headers, rows)
+        + "\n\nTargets (ratios of medians):\n\n"
+        + markdown_table(["group size", "ratio", "target", "measured", ""], target_rows(results))
+        + f"\n\n{load_averages(runs)}\n"
+    )
+
+
+def sizes(args: argparse.Namespace) -> dict:
+    defaults = SMOKE if args.smoke else DEFAULTS
+    return {key: default if getattr(args, key) is None else getattr(args, key) for key, default in defaults.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    judge = parser.add_mutually_exclusive_group(required=True)
+    judge.add_argument("--judge", type=Path, help="the scalar judge's directory (e.g. make demo's runs/demo/bt/hf)")
+    judge.add_argument("--base-model", type=Path, help="an HF causal LM: the judge is built from it with a fresh head")
+    parser.add_argument(
+        "--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds vLLM's pooling runner"
+    )
+    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM worker")
+    parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
+    parser.add_argument("--repetitions", type=int, help=f"runs of every method (default {DEFAULTS['repetitions']})")
+    parser.add_argument("--items", type=int, help=f"judge items per run (default {DEFAULTS['items']})")
+    parser.add_argument(
+        "--group-sizes", type=int, nargs="+", help=f"completions per prompt (default {DEFAULTS['group_sizes']})"
+    )
+    parser.add_argument("--calls", type=int, default=2, help="concurrent /batch_judge calls per run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the texts")
+    parser.add_argument("--name", default="prompt_once", help="name of the result files")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
+    args = parser.parse_args()
+    size = sizes(args)
+    if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
+        raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
+
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as workdir:
+        judge_dir = args.judge
+        if judge_dir is None:
+            from tests.support.models import build_scalar_judge
+
+            judge_dir = build_scalar_judge(args.base_model, Path(workdir) / "judge")
+        tokenizer = AutoTokenizer.from_pretrained(judge_dir)
+        with running_methods(judge_dir, Path(workdir), args.vllm_python, args.vllm_kv_cache_gib) as runners:
+            warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
+            for runner in runners.values():
+                runner(warmup, judge_texts(tokenizer, warmup), args.calls)
+            results = measure(runners, tokenizer, size, args.calls, args.seed)
+    config = {
+        "judge": str(args.judge or f"{args.base_model} with a fresh head"),
+        "vllm_python": args.vllm_python,
+        "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
+        **size,
+        "calls": args.calls,
+        "seed": args.seed,
+        "server_flags": SERVER_FLAGS,
+    }
+    paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
+    print(f"wrote {paths[0]} and {paths[1]}")
+
+
+if __name__ == "__main__":
+    main()
