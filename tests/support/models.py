@@ -57,19 +57,23 @@ def save_successor_judge(
     successors: Mapping[int, int | Mapping[int, float]],
     out_dir: str | Path,
     prompt_format: str = "pointwise",
+    min_hidden_size: int = 4,
 ) -> Path:
     """A generative judge (a real Llama causal LM, its tokenizer and judge.json of `prompt_format`) whose greedy
     next token after each token of `successors` is that token's successor. Attention and MLP outputs are zeroed,
     so a position's logits depend on its own token only; the embeddings of the mapped tokens are one-hot and the
     LM head maps each to its successor. A token may map to a distribution {next token: probability} instead:
     its next-token probabilities are then these (to within 1e-12) and greedy decoding takes the likeliest. Tests
-    of what surrounds the model (parsing, batching, ordering, probabilities) script its answers this way."""
+    of what surrounds the model (parsing, batching, ordering, probabilities) script its answers this way.
+    Its two attention heads are half its hidden size wide: `min_hidden_size` 128 makes them 64 wide, as
+    vLLM's CPU attention needs."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from judge_rewards.protocol.judge_spec import JudgeSpec
 
-    width = max(4, len(successors) + len(successors) % 2)  # one dimension per mapped token; even for 2 heads
+    # One dimension per mapped token; even for 2 heads.
+    width = max(min_hidden_size, len(successors) + len(successors) % 2)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=width,

