@@ -73,6 +73,10 @@ class JudgeConfig:
         "for a generative judge",
     )
     tensor_parallel_size: int = option(1, "vllm backend: GPUs each model is split over (tensor parallelism)")
+    enforce_eager: bool = option(
+        False,
+        "vllm backend: run the model eagerly, without compiling it or capturing graphs: a faster start, slower steps",
+    )
     no_prefix_caching: bool = option(
         False,
         "vllm backend: no prefix caching (by default vLLM reuses the computed tokens of a prefix it has seen, "

@@ -52,6 +52,7 @@ def _engine(config: JudgeConfig, runner: str, generated_tokens: int):
         tensor_parallel_size=config.tensor_parallel_size,
         max_model_len=config.max_model_len or config.max_input_tokens + generated_tokens,
         enable_prefix_caching=not config.no_prefix_caching,
+        enforce_eager=config.enforce_eager,
     )
 
 

