@@ -1,4 +1,5 @@
-"""The environments of the RL trainers whose own released code drives the judge reward, one entry each.
+"""The environments of the RL trainers whose own released code drives the judge reward, and of the judge server on
+other versions than the training environment's (vLLM's CPU build), one entry each.
 
 Each environment is a virtual environment of its own, locked like the main one (`uv pip compile` into
 frameworks/locks/NAME.txt, the CPU torch of /opt/wheels included), created with `uv pip sync` from its lock, and
@@ -13,7 +14,8 @@ serving environment (`serves_judge`).
 
 `make framework-lock`, `make frameworks` and `make framework-test` run these for every entry; `make test` runs
 the last. To add an environment, add an entry below, run `make framework-lock`, and add its row to the
-compatibility table of judge_rewards/README.md (tests/test_framework_environments.py checks both).
+compatibility table of judge_rewards/README.md, or for a serving environment name it and its tests in
+serving/README.md (tests/test_framework_environments.py checks both).
 """
 
 from __future__ import annotations
