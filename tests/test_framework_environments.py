@@ -1,5 +1,6 @@
-"""The RL trainers' environments (frameworks/environments.py): the compatibility table of judge_rewards/README.md
-names exactly what the runner runs, and each lock holds what its entry declares."""
+"""The environments of frameworks/environments.py: the compatibility table of judge_rewards/README.md names exactly
+the RL trainers' environments the runner runs, serving/README.md the serving ones, and each lock holds what its
+entry declares."""
 
 from __future__ import annotations
 
@@ -41,13 +42,27 @@ def lock_pins(env) -> dict[str, str]:
     return pins
 
 
+TRAINER_ENVIRONMENTS = [env for env in ENVIRONMENTS if not env.serves_judge]
+SERVING_ENVIRONMENTS = [env for env in ENVIRONMENTS if env.serves_judge]
+SERVING_README = REPO_ROOT / "serving" / "README.md"
+
+
 def test_every_declared_environment_has_one_row_naming_its_trainer_version_and_tests():
     rows = {row["environment"]: row for row in table_rows() if row["environment"] != MAIN}
-    assert sorted(rows) == sorted(env.name for env in ENVIRONMENTS)
-    for env in ENVIRONMENTS:
+    assert sorted(rows) == sorted(env.name for env in TRAINER_ENVIRONMENTS)
+    for env in TRAINER_ENVIRONMENTS:
         row = rows[env.name]
         assert f"{row['trainer'].lower()}-{row['version']}" == env.name
         assert listed_tests(row) == list(env.tests), f"{env.name}: the table lists other tests than the runner runs"
+
+
+@pytest.mark.parametrize("env", SERVING_ENVIRONMENTS, ids=lambda env: env.name)
+def test_the_serving_readme_names_each_serving_environment_and_its_tests(env):
+    """A serving environment (the judge server on other versions) is documented where serving is, not in the
+    trainers' table."""
+    readme = SERVING_README.read_text()
+    assert f"`{env.name}`" in readme
+    assert all(f"`{test}`" in readme for test in env.tests)
 
 
 @pytest.mark.parametrize("row", [row for row in table_rows() if row["environment"] == MAIN], ids=lambda r: r["trainer"])

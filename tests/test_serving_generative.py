@@ -187,7 +187,9 @@ SPLIT_SCORE = (0.7 * 3 + 0.3 * 4) / 4
 LATE_SCORE = (0.6 * 4 + 0.4 * 2) / 4
 
 
-def build_script_judge(tiny_model_dir, out_dir, script: dict, section: str, prompt_format: str = "pointwise"):
+def build_script_judge(
+    tiny_model_dir, out_dir, script: dict, section: str, prompt_format: str = "pointwise", min_hidden_size: int = 4
+):
     """A real Llama causal LM (save_successor_judge) that answers a judge prompt by `script`, starting from the
     marker that ends `section` of the prompt (its chat template keeps only that section). Every piece of the
     script that is not one token of the tiny tokenizer is added to it as a token."""
@@ -206,7 +208,7 @@ def build_script_judge(tiny_model_dir, out_dir, script: dict, section: str, prom
         token(piece): {token(p): q for p, q in nxt.items()} if isinstance(nxt, dict) else token(nxt)
         for piece, nxt in script.items()
     }
-    return save_successor_judge(tokenizer, successors, out_dir, prompt_format=prompt_format)
+    return save_successor_judge(tokenizer, successors, out_dir, prompt_format, min_hidden_size)
 
 
 @pytest.fixture(scope="module")

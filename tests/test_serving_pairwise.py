@@ -1,7 +1,8 @@
 """The pairwise generative judge on a tiny real model scripted to known probabilities of A and B: /judge compares
 the completion with the reference `answer` in both orders, /compare's judge method response_a with response_b;
 in process, in the real judge server, and through the reward adapter (JudgeRewardSystem). Also the mapping of
-vLLM's outputs to generations, on plain objects of vLLM 0.11's shape."""
+vLLM's outputs to generations, on plain objects of vLLM's shape (the real engine runs in
+tests/frameworks/test_vllm_serving.py)."""
 
 from __future__ import annotations
 
@@ -105,14 +106,14 @@ def test_sample_mode_averages_the_generated_verdicts(pairwise_judge_dir):
 
 
 @dataclass
-class Logprob:  # vllm.logprobs.Logprob of vLLM 0.11
+class Logprob:  # vllm.logprobs.Logprob of vLLM 0.11 to 0.32
     logprob: float
     rank: int | None = None
     decoded_token: str | None = None
 
 
 @dataclass
-class CompletionOutput:  # vllm.outputs.CompletionOutput of vLLM 0.11, the fields a generation reads
+class CompletionOutput:  # vllm.outputs.CompletionOutput of vLLM 0.11 to 0.32, the fields a generation reads
     index: int
     text: str
     token_ids: list[int]

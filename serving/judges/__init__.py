@@ -34,8 +34,6 @@ def load_judge(config: JudgeConfig) -> Judge:
     kind = config.judge or spec.kind
     if kind != spec.kind:
         log.warning("serving %s as a %s judge although it declares kind %s", config.model, kind, spec.kind)
-    if config.backend == "vllm" and kind != "generative":
-        raise ValueError(f"--backend vllm serves generative judges; this judge is {kind}")
     if kind == "scalar":
         from .scalar import ScalarJudge
 

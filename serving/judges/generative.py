@@ -118,7 +118,7 @@ class GeneratingJudge(Judge):
 
     def __init__(self, config: JudgeConfig, kind: str, tag: str, values: Sequence[str]):
         self._config = config
-        self.identity = hf.identity(config, kind, generates=True)
+        self.identity = hf.identity(config, kind)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
         self._generator = _make_generator(config, self._tokenizer, self._values.token_ids if self._values else ())

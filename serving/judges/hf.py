@@ -46,12 +46,12 @@ def load_tokenizer(model_dir: str, padding_side: str):
     return tokenizer
 
 
-def identity(config: JudgeConfig, kind: str, generates: bool = False) -> JudgeIdentity:
-    """What /health says about a judge loaded from config.model; a judge that `generates` runs on --backend."""
+def identity(config: JudgeConfig, kind: str) -> JudgeIdentity:
+    """What /health says about a model judge loaded from config.model and run on config.backend."""
     model_dir = Path(config.model)
     return JudgeIdentity(
         kind=kind,
-        backend=config.backend if generates else "transformers",
+        backend=config.backend,
         model_id=config.model_id or model_dir.resolve().name,
         model_version=config.model_version or fingerprint(model_dir),
     )

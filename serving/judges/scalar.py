@@ -35,25 +35,32 @@ def prompt_groups(items: Sequence[JudgeItem]) -> list[list[int]]:
 
 class ScalarJudge(Judge):
     def __init__(self, config: JudgeConfig, spec: JudgeSpec):
-        from transformers import AutoModelForSequenceClassification
+        from transformers import AutoConfig
 
         self._config = config
         self._spec = spec
         self._weights = self._attribute_weights()
         self.identity = hf.identity(config, "scalar")
-        self._device = hf.resolve_device(config.device)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="right")
-        self._model = (
-            AutoModelForSequenceClassification.from_pretrained(
-                config.model, torch_dtype=hf.resolve_dtype(config.dtype, self._device)
-            )
-            .to(self._device)
-            .eval()
-        )
-        self._check_head()
+        self._check_head(AutoConfig.from_pretrained(config.model))
         self.computes_shared_prompts_once = not config.no_prompt_once
-        self._engine: scalar_model.ScalarEngine = scalar_model.TransformersEngine(
-            self._model,
+        self._engine = self._load_engine()
+
+    def _load_engine(self) -> scalar_model.ScalarEngine:
+        config = self._config
+        if config.backend == "vllm":
+            from .vllm_backend import VllmScalarEngine
+
+            return VllmScalarEngine(config)
+        from transformers import AutoModelForSequenceClassification
+
+        device = hf.resolve_device(config.device)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            config.model, torch_dtype=hf.resolve_dtype(config.dtype, device)
+        )
+        model.config.pad_token_id = self._tokenizer.pad_token_id  # _check_head: None or equal to it
+        return scalar_model.TransformersEngine(
+            model.to(device).eval(),
             self._tokenizer.pad_token_id,
             config.max_padding_fraction,
             config.max_tokens_per_forward,
@@ -74,17 +81,14 @@ class ScalarJudge(Judge):
             raise ValueError(f"--attribute-weights {text!r}: {err}") from None
         return {name: float(weights.get(name, 0.0)) for name in attributes}
 
-    def _check_head(self) -> None:
-        model_config = self._model.config
+    def _check_head(self, model_config) -> None:
         labels = len(self._spec.attributes) or 1
         if model_config.num_labels != labels:
             what = f"{labels} attributes in judge.json" if self._spec.attributes else "one label (no attributes)"
             raise ValueError(
                 f"{self._config.model}: the judge has {what}, the model has num_labels={model_config.num_labels}"
             )
-        if model_config.pad_token_id is None:
-            model_config.pad_token_id = self._tokenizer.pad_token_id
-        if model_config.pad_token_id != self._tokenizer.pad_token_id:
+        if model_config.pad_token_id not in (None, self._tokenizer.pad_token_id):
             # The model reads the reward at the last token that is not its pad id: both must agree.
             raise ValueError(
                 f"{self._config.model}: config pad_token_id {model_config.pad_token_id} differs from the "

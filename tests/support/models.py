@@ -57,19 +57,23 @@ def save_successor_judge(
     successors: Mapping[int, int | Mapping[int, float]],
     out_dir: str | Path,
     prompt_format: str = "pointwise",
+    min_hidden_size: int = 4,
 ) -> Path:
     """A generative judge (a real Llama causal LM, its tokenizer and judge.json of `prompt_format`) whose greedy
     next token after each token of `successors` is that token's successor. Attention and MLP outputs are zeroed,
     so a position's logits depend on its own token only; the embeddings of the mapped tokens are one-hot and the
     LM head maps each to its successor. A token may map to a distribution {next token: probability} instead:
     its next-token probabilities are then these (to within 1e-12) and greedy decoding takes the likeliest. Tests
-    of what surrounds the model (parsing, batching, ordering, probabilities) script its answers this way."""
+    of what surrounds the model (parsing, batching, ordering, probabilities) script its answers this way.
+    Its two attention heads are half its hidden size wide: `min_hidden_size` 128 makes them 64 wide, as
+    vLLM's CPU attention needs."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from judge_rewards.protocol.judge_spec import JudgeSpec
 
-    width = max(4, len(successors) + len(successors) % 2)  # one dimension per mapped token; even for 2 heads
+    # One dimension per mapped token; even for 2 heads.
+    width = max(min_hidden_size, len(successors) + len(successors) % 2)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=width,
@@ -104,3 +108,20 @@ def save_successor_judge(
     tokenizer.save_pretrained(out_dir)
     JudgeSpec(kind="generative", prompt_format=prompt_format).save(out_dir)
     return Path(out_dir)
+
+
+def verl_checkpoint(model_dir: str | Path, save_dir: str | Path, auto_class) -> Path:
+    """A one-process verl checkpoint of a model directory, as training leaves it for training.export: the
+    plain-tensor shard FSDP saves when one process holds everything, and huggingface/ with config and tokenizer."""
+    import json
+    import shutil
+
+    import torch
+
+    save_dir = Path(save_dir)
+    step = save_dir / "global_step_1"
+    shutil.copytree(model_dir, step / "huggingface")
+    torch.save(auto_class.from_pretrained(model_dir).state_dict(), step / "model_world_size_1_rank_0.pt")
+    (step / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
+    (save_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    return save_dir

