@@ -8,15 +8,12 @@ repetition, fresh texts, the same rewards from both servers, ratios and targets)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from benchmarks import bench_prompt_once
 from benchmarks.common import rotated
-from tests.conftest import REPO_ROOT
+from tests.test_bench_server_adapter import run_benchmark
 
 pytestmark = pytest.mark.e2e
 
@@ -24,16 +21,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def results(tiny_model_dir, tmp_path_factory) -> dict:
     results_dir = tmp_path_factory.mktemp("bench_prompt_once")
-    command = [sys.executable, "-m", "benchmarks.bench_prompt_once", "--base-model", str(tiny_model_dir)]
-    result = subprocess.run(
-        [*command, "--smoke", "--results-dir", str(results_dir), "--name", "smoke"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    run_benchmark("benchmarks.bench_prompt_once", results_dir, "--base-model", str(tiny_model_dir), "--name", "smoke")
     assert "| 4 | prompt-once |" in (results_dir / "smoke.md").read_text()
     return json.loads((results_dir / "smoke.json").read_text())
 
