@@ -115,35 +115,46 @@ def judge_texts(tokenizer, bodies: list[dict]) -> list[str]:
     return [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
 
 
-async def batch_judge(url: str, bodies: list[dict], calls: int) -> tuple[float, list[float]]:
-    """Wall time of `calls` concurrent /batch_judge calls over the bodies (split in order), and the raw rewards."""
+async def post_batches(url: str, bodies: list[dict], calls: int) -> tuple[float, list[dict]]:
+    """Wall time of `calls` concurrent /batch_judge calls over the bodies (split in order), and the answers."""
     size = -(-len(bodies) // calls)
     chunks = [bodies[start : start + size] for start in range(0, len(bodies), size)]
     async with httpx.AsyncClient(timeout=3600) as session:
         started = time.perf_counter()
         responses = await asyncio.gather(*(session.post(f"{url}/batch_judge", json={"requests": c}) for c in chunks))
         wall = time.perf_counter() - started
-    rewards = []
+    answers = []
     for response in responses:
         response.raise_for_status()
-        for answer in response.json()["responses"]:
-            if answer["score"] is None:
-                raise RuntimeError(f"judge failed: {answer}")
-            rewards.append(answer["metadata"]["raw_reward"])
-    return wall, rewards
+        answers += response.json()["responses"]
+    return wall, answers
+
+
+async def batch_judge(url: str, bodies: list[dict], calls: int) -> tuple[float, list[float]]:
+    """Wall time of `calls` concurrent /batch_judge calls over the bodies (split in order), and the raw rewards."""
+    wall, answers = await post_batches(url, bodies, calls)
+    for answer in answers:
+        if answer["score"] is None:
+            raise RuntimeError(f"judge failed: {answer}")
+    return wall, [answer["metadata"]["raw_reward"] for answer in answers]
+
+
+def vllm_environment(kv_cache_gib: int) -> dict[str, str]:
+    """This process's environment with vLLM's CPU settings: its KV cache size, and every core for its workers, as
+    the servers use them (vLLM's default keeps one for its front end)."""
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
 
 
 class VllmWorker:
     """benchmarks/vllm_pooling.py in the vLLM environment's interpreter, started once."""
 
     def __init__(self, python: str, model: Path, log_path: Path, kv_cache_gib: int):
-        env = {
-            **os.environ,
-            "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-            # every core, as the servers use them (vLLM's default keeps one for its front end)
-            "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}",
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        }
+        env = vllm_environment(kv_cache_gib)
         env.pop("PYTHONPATH", None)
         script = Path(__file__).with_name("vllm_pooling.py")
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())

@@ -39,8 +39,9 @@ class JudgeConfig:
     )
     no_prompt_once: bool = option(
         False,
-        "scalar judge: score every judge input as its own sequence, as before prompt-once (by default the inputs "
-        "of a batch that share a prompt are packed with that prompt computed once)",
+        "transformers backend: compute every judge input as its own sequence, as before prompt-once (by default "
+        "the inputs of a batch that share a prompt are computed with that prompt once: a scalar judge packs them, "
+        "a generative judge generates them from one cache of their shared prefix)",
     )
     max_tokens_per_forward: int = option(
         16384,

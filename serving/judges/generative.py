@@ -12,6 +12,7 @@ there. With --score-mode sample only the generated value counts.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,11 +21,14 @@ from typing import Protocol
 from judge_rewards.protocol import templates
 
 from ..config import JudgeConfig
-from . import hf
+from . import hf, packing
 from .base import Judge, JudgeItem, Verdict, length_groups
 
 # How much of an unparsable answer an error carries back, for debugging the judge.
 ANSWER_EXCERPT_CHARS = 500
+# Shortest prefix that judge prompts must share to be generated from one computation of it (prompt-once): a
+# shorter one saves less than the extra forward and the cache copy cost.
+MIN_SHARED_PREFIX_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ class GeneratingJudge(Judge):
         self.identity = hf.identity(config, kind)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
+        self.computes_shared_prompts_once = config.backend == "transformers" and not config.no_prompt_once
         self._generator = _make_generator(config, self._tokenizer, self._values.token_ids if self._values else ())
 
     def _generate(self, conversations: Sequence[list[dict]]) -> list[Generation | Verdict]:
@@ -210,7 +215,11 @@ def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]
 class TransformersGenerator:
     """Batched `generate` of a transformers causal LM, left-padded, in groups of similar prompt lengths. With
     `candidate_ids`, each step's raw logits are reduced to the candidates' log-probabilities as they come
-    (CandidateRecorder), never kept whole: `output_logits` would hold steps x rows x vocabulary floats."""
+    (CandidateRecorder), never kept whole: `output_logits` would hold steps x rows x vocabulary floats.
+
+    Prompt-once (unless --no-prompt-once): prompts that share a prefix of at least MIN_SHARED_PREFIX_TOKENS
+    (packing.prefix_groups: a GRPO group's judge prompts, same rubric and question) are generated from one
+    computation of that prefix, through the model's generation cache; the others as before."""
 
     def __init__(self, config: JudgeConfig, tokenizer, candidate_ids: Sequence[int] = ()):
         import torch
@@ -227,20 +236,72 @@ class TransformersGenerator:
             .eval()
         )
         self._stop_ids = _stop_token_ids(self._model.generation_config, tokenizer)
+        self._prompt_once = not config.no_prompt_once
         torch.manual_seed(config.seed)
 
     def generate(self, prompts: list[list[int]]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
-        for group in length_groups([len(p) for p in prompts], self._config.max_padding_fraction):
-            for index, generation in zip(group, self._generate_padded([prompts[i] for i in group]), strict=True):
+        each_alone = [[index] for index in range(len(prompts))]
+        groups = packing.prefix_groups(prompts, MIN_SHARED_PREFIX_TOKENS) if self._prompt_once else each_alone
+        alone = [group[0] for group in groups if len(group) == 1]
+        for group in length_groups([len(prompts[i]) for i in alone], self._config.max_padding_fraction):
+            rows = [alone[i] for i in group]
+            for index, generation in zip(rows, self._generate_padded([prompts[i] for i in rows]), strict=True):
                 results[index] = generation
+        shared = [group for group in groups if len(group) > 1]
+        for index, generation in self._generate_prompt_once(prompts, shared) if shared else []:
+            results[index] = generation
         return results
 
     def _generate_padded(self, prompts: list[list[int]]) -> list[Generation]:
         batch = self._tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self._device)
+        return self._generate_batch(batch["input_ids"], batch["attention_mask"])
+
+    def _generate_prompt_once(self, prompts: list[list[int]], groups: list[list[int]]) -> list[tuple[int, Generation]]:
+        """The generations of groups of prompts that share a prefix: every group's prefix computed once, in one
+        forward, and each of its prompts generated from that prefix's cache, its rest (the suffix) after it.
+        A row of a generate call is laid out [pad, prefix, pad, suffix], the padding masked; generate takes
+        positions from the mask (cumulative sum), so the suffix continues at its prefix's length."""
+        prefixes = [prompts[group[0]][: packing.shared_prefix_length([prompts[i] for i in group])] for group in groups]
+        prefix_ids, prefix_mask = self._left_padded(prefixes)
+        cache = self._prefix_cache(prefix_ids, prefix_mask)
+        rows = [(index, number) for number, group in enumerate(groups) for index in group]
+        suffixes = [prompts[index][len(prefixes[number]) :] for index, number in rows]
+        calls = length_groups([len(suffix) for suffix in suffixes], self._config.max_padding_fraction)
+        generations = []
+        for call in calls:
+            owners = self._torch.tensor([rows[k][1] for k in call], device=self._device)
+            with self._torch.inference_mode():
+                call_cache = cache if len(calls) == 1 else copy.deepcopy(cache)
+                call_cache.batch_select_indices(owners)  # each row the cache of its group's prefix
+            suffix_ids, suffix_mask = self._left_padded([suffixes[k] for k in call])
+            input_ids = self._torch.cat([prefix_ids[owners], suffix_ids], dim=1)
+            attention_mask = self._torch.cat([prefix_mask[owners], suffix_mask], dim=1)
+            batch = self._generate_batch(input_ids, attention_mask, call_cache)
+            generations += [(rows[k][0], generation) for k, generation in zip(call, batch, strict=True)]
+        return generations
+
+    def _left_padded(self, sequences: list[list[int]]):
+        batch = self._tokenizer.pad({"input_ids": sequences}, return_tensors="pt").to(self._device)
+        return batch["input_ids"], batch["attention_mask"]
+
+    def _prefix_cache(self, input_ids, attention_mask):
+        """The model's cache of left-padded prefixes (computed outside CandidateRecorder: no generated step)."""
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        with self._torch.inference_mode():
+            output = self._model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True
+            )
+        return output.past_key_values
+
+    def _generate_batch(self, input_ids, attention_mask, cache=None) -> list[Generation]:
+        """Generations of a left-padded batch; with `cache`, the model's cache of its first tokens."""
+        arguments = {} if cache is None else {"past_key_values": cache}
         with self._torch.inference_mode(), CandidateRecorder(self._model, self._candidate_ids) as recorder:
-            output = self._model.generate(**batch, **self._sampling_arguments())
-        new_tokens = output.sequences[:, batch["input_ids"].shape[1] :].tolist()
+            output = self._model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, **arguments, **self._sampling_arguments()
+            )
+        new_tokens = output.sequences[:, input_ids.shape[1] :].tolist()
         logprobs = recorder.logprobs()
         return [self._generation(tokens, logprobs[row] if logprobs else []) for row, tokens in enumerate(new_tokens)]
 

