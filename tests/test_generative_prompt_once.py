@@ -98,6 +98,7 @@ def assert_same_generations(once, today) -> None:
             assert step_a == pytest.approx(step_b, abs=1e-4)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("seed", [0, 1])
 def test_generations_from_a_shared_prefix_equal_todays(tiny_model_dir, tiny_tokenizer, seed, monkeypatch):
     prompts = judge_prompts(tiny_tokenizer, seed)
