@@ -70,11 +70,13 @@ def start_server(
     startup_timeout_s: float = 240,
     env: dict[str, str] | None = None,
     port: int | None = None,
+    python: str | None = None,
 ) -> RunningServer:
     """`python -m <module> <args>` on 127.0.0.1 (a free port unless `port` is given, e.g. to restart a
-    server at the URL its clients know), its output appended to `log_path`, returned once /health answers 200."""
+    server at the URL its clients know), its output appended to `log_path`, returned once /health answers 200.
+    `python`: the interpreter to run it with (default: server_python())."""
     port = port or free_port()
-    command = [server_python(), "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
+    command = [python or server_python(), "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     with open(log_path, "ab") as log_file:
