@@ -47,7 +47,7 @@ from benchmarks.bench_prompt_once import (
     run_config,
     traffic,
     traffic_sizes,
-    vllm_environment,
+    vllm_engine_env,
 )
 from benchmarks.common import (
     RunLog,
@@ -104,12 +104,10 @@ def running_servers(args: argparse.Namespace, log_dir: Path):
                 continue
             command = ["--model", str(args.judge), "--log-level", "warning", *flags]
             command += ["--max-new-tokens", str(args.max_new_tokens), "--temperature", "0", "--dtype", "float32"]
-            env, python = None, None
-            if method == VLLM:
-                env, python = vllm_environment(args.vllm_kv_cache_gib), args.vllm_python
-                env.pop("PYTHONPATH", None)
+            engine = vllm_engine_env(args.vllm_kv_cache_gib)
+            vllm = {"python": args.vllm_python, "env": engine} if method == VLLM else {}
             log_path = log_dir / f"{method.replace(' ', '_')}.log"
-            server = start_server(command, log_path, startup_timeout_s=600, env=env, python=python)
+            server = start_server(command, log_path, startup_timeout_s=600, **vllm)
             urls[method] = stack.enter_context(server).url
         yield urls
 

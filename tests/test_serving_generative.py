@@ -255,6 +255,18 @@ def test_an_answer_that_does_not_parse_is_an_error_in_both_modes(pointwise_scrip
     assert verdict.metadata["judge_output"] == "<think>bad</think><score>7</score>"
 
 
+def test_an_item_whose_judge_input_is_empty_is_that_items_error(pointwise_script_judge_dir):
+    """The script judge's chat template keeps only the response: an empty one renders no token at all."""
+    judge = load_judge(JudgeConfig(model=str(pointwise_script_judge_dir), max_new_tokens=8))
+    completions = ["A response <sure>", "", "A response <split>"]
+    sure, empty, split = judge.score_batch([JudgeItem("How good is this?", c) for c in completions])
+    assert (empty.score, empty.error) == (
+        None,
+        "judge input is empty (0 tokens): the judge's chat template renders nothing for it",
+    )
+    assert (sure.score, split.score) == (0.25, pytest.approx(SPLIT_SCORE, abs=1e-6))
+
+
 def test_a_value_not_written_as_its_own_token_is_an_error_in_expected_mode(pointwise_script_judge_dir):
     verdicts = judge_markers(pointwise_script_judge_dir, "expected", ["<spaced>", "<glued>"])
     spaced, glued = verdicts["<spaced>"], verdicts["<glued>"]

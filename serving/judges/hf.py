@@ -75,10 +75,14 @@ def encode_checked(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[li
 
 
 def length_verdicts(encodings: Sequence[Sequence[int]], max_tokens: int) -> list[Verdict | None]:
-    """An error verdict for each judge input longer than `max_tokens`, None for the others."""
-    return [
-        Verdict.failed(f"judge input is {len(ids)} tokens, longer than --max-input-tokens {max_tokens}")
-        if len(ids) > max_tokens
-        else None
-        for ids in encodings
-    ]
+    """An error verdict for each judge input no engine can take, empty or longer than `max_tokens`; None for the
+    others. Empty: a judge whose chat template renders only the item's own text, given an empty one."""
+    return [_length_error(len(ids), max_tokens) for ids in encodings]
+
+
+def _length_error(tokens: int, max_tokens: int) -> Verdict | None:
+    if tokens == 0:
+        return Verdict.failed("judge input is empty (0 tokens): the judge's chat template renders nothing for it")
+    if tokens > max_tokens:
+        return Verdict.failed(f"judge input is {tokens} tokens, longer than --max-input-tokens {max_tokens}")
+    return None

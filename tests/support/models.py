@@ -29,8 +29,9 @@ def build_attribute_judge(
 ) -> Path:
     """An untrained multi-attribute scalar judge: the base model with a fresh head of one label per attribute
     of `attribute_weights` (normal weights of std 0.5, drawn with `seed`: on the tiny model's final hidden states,
-    of norm about 8, its predictions spread over about -8..8, below, on and above the 0..4 attribute scale),
-    its tokenizer and judge.json naming the attributes and their weights."""
+    of norm about 8, its predictions spread over about -8..8, below, on and above the 0..4 attribute scale), its
+    labels named after the attributes in id2label (as the attribute trainer names them), its tokenizer and
+    judge.json naming the attributes and their weights."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -41,6 +42,8 @@ def build_attribute_judge(
     with torch.no_grad():
         model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=torch.Generator().manual_seed(seed)))
         model.score.weight.mul_(0.5)
+    model.config.id2label = dict(enumerate(attribute_weights))
+    model.config.label2id = {name: index for index, name in enumerate(attribute_weights)}
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base_model_dir).save_pretrained(out_dir)
     JudgeSpec(

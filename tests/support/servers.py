@@ -74,7 +74,7 @@ def start_server(
 ) -> RunningServer:
     """`python -m <module> <args>` on 127.0.0.1 (a free port unless `port` is given, e.g. to restart a
     server at the URL its clients know), its output appended to `log_path`, returned once /health answers 200.
-    `python`: the interpreter, if not server_python() (e.g. another environment's)."""
+    `python`: the interpreter to run it with (default: server_python())."""
     port = port or free_port()
     command = [python or server_python(), "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
     env = dict(os.environ if env is None else env)
