@@ -26,8 +26,9 @@ from .base import Judge, JudgeItem, Verdict, length_groups
 
 # How much of an unparsable answer an error carries back, for debugging the judge.
 ANSWER_EXCERPT_CHARS = 500
-# Shortest prefix that judge prompts must share to be generated from one computation of it (prompt-once): a
-# shorter one saves less than the extra forward and the cache copy cost.
+# Shortest prefix that judge prompts must share to be generated from one computation of it (prompt-once); a
+# judge template's rubric alone is longer. Shorter shared prefixes are left alone: they would save little next
+# to the extra forward and the cache copy (a judgement, not a measurement).
 MIN_SHARED_PREFIX_TOKENS = 32
 
 
