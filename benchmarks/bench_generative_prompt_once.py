@@ -45,9 +45,9 @@ from benchmarks.bench_prompt_once import (
     add_traffic_options,
     post_batches,
     run_config,
+    start_method_servers,
     traffic,
     traffic_sizes,
-    vllm_engine_env,
 )
 from benchmarks.common import (
     RunLog,
@@ -59,7 +59,6 @@ from benchmarks.common import (
     summarize_runs,
     write_results,
 )
-from tests.support.servers import start_server
 
 TODAY, PROMPT_ONCE, VLLM = "today", "prompt-once", "vllm backend"
 SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: [], VLLM: ["--backend", "vllm"]}
@@ -97,19 +96,12 @@ def run_figures(answers: list[dict], today: list[dict]) -> dict:
 @contextmanager
 def running_servers(args: argparse.Namespace, log_dir: Path):
     """Each method's judge server URL, started once."""
+    common = ["--model", str(args.judge), "--max-new-tokens", str(args.max_new_tokens), "--temperature", "0"]
+    flags = {method: [*common, "--dtype", "float32", *extra] for method, extra in SERVER_FLAGS.items()}
     with ExitStack() as stack:
-        urls = {}
-        for method, flags in SERVER_FLAGS.items():
-            if method == VLLM and not args.vllm_python:
-                continue
-            command = ["--model", str(args.judge), "--log-level", "warning", *flags]
-            command += ["--max-new-tokens", str(args.max_new_tokens), "--temperature", "0", "--dtype", "float32"]
-            engine = vllm_engine_env(args.vllm_kv_cache_gib)
-            vllm = {"python": args.vllm_python, "env": engine} if method == VLLM else {}
-            log_path = log_dir / f"{method.replace(' ', '_')}.log"
-            server = start_server(command, log_path, startup_timeout_s=600, **vllm)
-            urls[method] = stack.enter_context(server).url
-        yield urls
+        yield start_method_servers(
+            stack, flags, VLLM, log_dir, args.vllm_python, args.vllm_kv_cache_gib, startup_timeout_s=600
+        )
 
 
 def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition) -> list[dict]:

@@ -195,18 +195,40 @@ class VllmWorker:
         self._log.close()
 
 
+def start_method_servers(
+    stack: ExitStack,
+    server_flags: dict[str, list[str]],
+    vllm_method: str,
+    log_dir: Path,
+    vllm_python: str | None,
+    kv_cache_gib: int,
+    startup_timeout_s: float = 240,
+) -> dict[str, str]:
+    """Each method's judge server (`python -m serving` with its flags), started in `stack`, by its URL; the
+    `vllm_method` one only with `vllm_python`, run by that interpreter with vllm_engine_env."""
+    urls = {}
+    for method, flags in server_flags.items():
+        if method == vllm_method and not vllm_python:
+            continue
+        command = ["--log-level", "warning", *flags]
+        vllm = {"python": vllm_python, "env": vllm_engine_env(kv_cache_gib)} if method == vllm_method else {}
+        log_path = log_dir / f"{method.replace(' ', '_')}.log"
+        urls[method] = stack.enter_context(
+            start_server(command, log_path, startup_timeout_s=startup_timeout_s, **vllm)
+        ).url
+    return urls
+
+
 @contextmanager
 def running_methods(judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_cache_gib: int) -> Iterator[dict]:
     """Each method's runner: a function from (bodies, texts, calls) to (wall seconds, raw rewards)."""
     with ExitStack() as stack:
-        runners = {}
-        for method, flags in SERVER_FLAGS.items():
-            if method == VLLM_BACKEND and not vllm_python:
-                continue
-            command = ["--model", str(judge_dir), "--log-level", "warning", *flags]
-            vllm = {"python": vllm_python, "env": vllm_engine_env(kv_cache_gib)} if method == VLLM_BACKEND else {}
-            url = stack.enter_context(start_server(command, log_path=log_dir / f"{method}.log", **vllm)).url
-            runners[method] = lambda bodies, texts, calls, url=url: asyncio.run(batch_judge(url, bodies, calls))
+        flags = {method: ["--model", str(judge_dir), *method_flags] for method, method_flags in SERVER_FLAGS.items()}
+        urls = start_method_servers(stack, flags, VLLM_BACKEND, log_dir, vllm_python, kv_cache_gib)
+        runners = {
+            method: lambda bodies, texts, calls, url=url: asyncio.run(batch_judge(url, bodies, calls))
+            for method, url in urls.items()
+        }
         if vllm_python:
             worker = VllmWorker(vllm_python, judge_dir, log_dir / "vllm.log", kv_cache_gib)
             stack.callback(worker.close)
