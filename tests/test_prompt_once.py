@@ -225,6 +225,6 @@ def test_attention_batches_of_one_segment_give_the_same_outputs(tiny_scalar_judg
     batched = torch.tensor(engine.raw_outputs(inputs, groups))
     monkeypatch.setattr(packing, "ATTENTION_BATCH_SCORES", 1)  # every segment alone in its SDPA call
     row = packing.pack_groups([[inputs[i] for i in group] for group in groups], max_tokens=10_000)[0]
-    assert len(row.layout.attention_batches()) == len(row.layout.segments)
+    assert len(row.layout.attention_batches(torch.device("cpu"))) == len(row.layout.segments)
     alone = torch.tensor(engine.raw_outputs(inputs, groups))
     assert torch.allclose(alone, batched, atol=TOLERANCE, rtol=0)

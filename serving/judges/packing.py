@@ -106,17 +106,17 @@ class RowLayout:
     segments: tuple[Segment, ...]
     tokens: int
 
-    def attention_batches(self) -> list[tuple[torch.Tensor, ...]]:
-        """The segments in padded batches for segment_sdpa_attention, computed once per row (every layer reads
-        them): per batch, each segment's query positions (segments, queries), key positions (segments, keys),
-        the boolean mask (segments, queries, keys) and which queries are real (segments, queries). Segments
-        of similar query lengths share a batch (at most a quarter padding), of at most ATTENTION_BATCH_SCORES
-        scores per head."""
-        cached = self.__dict__.get("_attention_batches")
-        if cached is None:
-            cached = [self._attention_batch(batch) for batch in self._segment_batches()]
-            object.__setattr__(self, "_attention_batches", cached)
-        return cached
+    def attention_batches(self, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+        """The segments in padded batches for segment_sdpa_attention, on `device`, made once per row and device
+        (every layer reads them): per batch, each segment's query positions (segments, queries), key positions
+        (segments, keys), the boolean mask (segments, queries, keys) and which queries are real (segments,
+        queries). Segments of similar query lengths share a batch (at most a quarter padding), of at most
+        ATTENTION_BATCH_SCORES scores per head."""
+        by_device = self.__dict__.setdefault("_attention_batches", {})  # a cache beside the frozen fields
+        if device not in by_device:
+            batches = (self._attention_batch(batch) for batch in self._segment_batches())
+            by_device[device] = [tuple(tensor.to(device) for tensor in batch) for batch in batches]
+        return by_device[device]
 
     def _segment_batches(self) -> list[list[Segment]]:
         batches = []
@@ -284,8 +284,7 @@ def segment_sdpa_attention(module, query, key, value, layout: RowLayout, scaling
     query = query[0]
     heads, _, dim = query.shape
     output = query.new_empty(layout.tokens, heads, dim)
-    for batch in layout.attention_batches():
-        query_index, key_index, mask, valid = (tensor.to(query.device) for tensor in batch)
+    for query_index, key_index, mask, valid in layout.attention_batches(query.device):
         out = F.scaled_dot_product_attention(
             query[:, query_index].transpose(0, 1),
             key[:, key_index].transpose(0, 1),
