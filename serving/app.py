@@ -203,6 +203,7 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
             replica=service.replica,
             judge_kind=identity.kind,
             backend=identity.backend,
+            backend_reason=identity.backend_reason,
             model_id=identity.model_id,
             model_version=identity.model_version,
             queue_depth=service.queue_depth,

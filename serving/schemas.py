@@ -179,6 +179,7 @@ class HealthResponse(BaseModel):
     replica: str = Field(description="the process that answered: host:pid, or the Ray Serve replica id")
     judge_kind: str
     backend: str
+    backend_reason: str = Field("", description="why this backend runs: --backend, or what --backend auto found")
     model_id: str
     model_version: str
     queue_depth: int = Field(description="judgements accepted and not answered yet")

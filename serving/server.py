@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
-import sys
 from collections.abc import Sequence
 
 from judge_rewards.settings import parse_configs
@@ -18,6 +16,7 @@ from .batching import DynamicBatcher
 from .config import HttpConfig, JudgeConfig, ServingConfig
 from .judges import BackendUnavailable, ComparisonItem, Judge, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
+from .process_tree import stop_descendants, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +75,29 @@ def load_or_exit(config: JudgeConfig) -> Judge:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
-
     judge_config, serving_config, http_config = parse_arguments(argv)
     logging.basicConfig(level=http_config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A stop at any moment (loading, an engine compiling, serving, draining) takes the engine's processes along.
+    stop_on_signals()
+    try:
+        serve(judge_config, serving_config, http_config)
+    finally:
+        stop_descendants()
+
+
+def serve(judge_config: JudgeConfig, serving_config: ServingConfig, http_config: HttpConfig) -> None:
+    import uvicorn
+
     judge = load_or_exit(judge_config)
     app = build_local_app(judge, serving_config)
     identity = judge.identity
     print(
-        f"judge server: {identity.kind} judge {identity.model_id} ({identity.backend}, version "
-        f"{identity.model_version}) on http://{http_config.host}:{http_config.port} "
+        f"judge server: {identity.kind} judge {identity.model_id} ({identity.backend}: {identity.backend_reason}; "
+        f"version {identity.model_version}) on http://{http_config.host}:{http_config.port} "
         f"(max_batch_size {serving_config.max_batch_size}, batch_timeout {serving_config.batch_timeout}s, "
         f"auth {'on' if serving_config.api_key else 'off'})",
         flush=True,
     )
-    # uvicorn answers the requests it holds on SIGTERM, then re-raises the signal to the handler found at
-    # start; this one turns that into exit status 0, a stop that was asked for (as the Ray Serve server does).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # uvicorn answers the requests it holds on SIGTERM or SIGINT, then re-raises the signal to the handler found
+    # at start, stop_on_signals's: it stops the engine's processes and exits (0 for SIGTERM, as Ray Serve's server).
     uvicorn.run(app, host=http_config.host, port=http_config.port, log_level=http_config.log_level)

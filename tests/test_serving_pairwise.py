@@ -14,7 +14,7 @@ import pytest
 
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
-from serving.judges.generative import Generation
+from serving.judges.generation import Generation
 from serving.judges.pairwise import NO_REFERENCE
 from serving.judges.vllm_backend import generation_from_vllm
 from tests.reward_adapter_servers import make_system

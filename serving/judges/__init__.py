@@ -3,6 +3,7 @@ to load one."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from judge_rewards.protocol.judge_spec import JudgeSpec, load_judge_spec
@@ -25,11 +26,22 @@ log = logging.getLogger(__name__)
 
 
 def load_judge(config: JudgeConfig) -> Judge:
-    """The judge `config` names: its --judge kind, else the kind the model directory declares."""
+    """The judge `config` names: its --judge kind, else the kind the model directory declares; a model judge on
+    the engine --backend names (auto: vLLM where it can be imported), its identity saying which and why."""
     if config.judge == "rule":
         from .rule import RuleJudge
 
         return RuleJudge(config)
+    from .engine_choice import choose_backend
+
+    choice = choose_backend(config.backend)
+    log.info("backend %s (%s)", choice.name, choice.reason)
+    judge = _load_model_judge(dataclasses.replace(config, backend=choice.name))
+    judge.identity = dataclasses.replace(judge.identity, backend_reason=choice.reason)
+    return judge
+
+
+def _load_model_judge(config: JudgeConfig) -> Judge:
     spec = load_judge_spec(config.model)
     kind = config.judge or spec.kind
     if kind != spec.kind:

@@ -35,6 +35,7 @@ class JudgeIdentity:
     backend: str
     model_id: str
     model_version: str
+    backend_reason: str = ""  # why this backend runs (--backend, or what --backend auto found)
 
 
 class BackendUnavailable(RuntimeError):

