@@ -180,8 +180,12 @@ def transformers_judges(judge_dirs) -> dict:
 
     def config(name: str) -> JudgeConfig:
         new_tokens = {"max_new_tokens": 8} if name in ("pointwise", "pairwise") else {}
-        return JudgeConfig(
-            model=str(judge_dirs[name]), max_input_tokens=MAX_INPUT_TOKENS, dtype="float32", **new_tokens
+        return JudgeConfig(  # named: where vLLM imports, as here, --backend auto would pick it
+            model=str(judge_dirs[name]),
+            backend="transformers",
+            max_input_tokens=MAX_INPUT_TOKENS,
+            dtype="float32",
+            **new_tokens,
         )
 
     return {name: load_judge(config(name)) for name in judge_dirs}
@@ -243,7 +247,9 @@ def test_attribute_predictions_and_scores_match_the_transformers_backend(
     items = [JudgeItem(r["prompt"], r["completion"]) for r in requests]
     served = batch(vllm_servers["attributes"], "/batch_judge", requests)
     local = transformers_judges["attributes"].score_batch(items)
-    checkpointed_judge = load_judge(JudgeConfig(model=str(training_dir / "attributes_trained"), dtype="float32"))
+    trained_dir = str(training_dir / "attributes_trained")
+    trained_config = JudgeConfig(model=trained_dir, backend="transformers", dtype="float32")
+    checkpointed_judge = load_judge(trained_config)
     trained = checkpointed_judge.score_batch(items)
     for response, verdict, checkpointed in zip(served, local, trained, strict=True):
         predictions = response["metadata"]["attribute_predictions"]
