@@ -77,7 +77,7 @@ class JudgeConfig:
     max_model_len: int | None = option(
         None,
         "vllm backend: the engine's longest sequence in tokens; default: --max-input-tokens, plus --max-new-tokens "
-        "for a generative judge",
+        "for a generative judge, at most the model's max_position_embeddings",
     )
     tensor_parallel_size: int = option(1, "vllm backend: GPUs each model is split over (tensor parallelism)")
     enforce_eager: bool = option(

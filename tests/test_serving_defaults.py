@@ -4,6 +4,7 @@ tests/frameworks/test_vllm_defaults.py), and a stop that takes every process the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,13 @@ import pytest
 from serving.config import JudgeConfig
 from serving.judges import load_judge
 from serving.judges.engine_choice import choose_backend
-from serving.judges.vllm_backend import CPU_BLOCK_SIZE, cpu_list, engine_environment, engine_settings
+from serving.judges.vllm_backend import (
+    CPU_BLOCK_SIZE,
+    cpu_list,
+    default_max_model_len,
+    engine_environment,
+    engine_settings,
+)
 from tests.conftest import REPO_ROOT
 from tests.frameworks.test_vllm_serving import processes_in_group
 
@@ -46,6 +53,16 @@ def test_vllm_engine_defaults_match_the_transformers_backend_and_share_whole_pro
         "block_size": 128,
         "kv_cache_memory_bytes": int(1.5 * 2**30),
     }
+
+
+def test_a_generative_judges_engine_fits_the_models_positions(tiny_model_dir):
+    """The default --max-input-tokens 4096 plus --max-new-tokens 512 exceed a model of 4096 positions, which
+    vLLM would refuse to load: the server would not start with default flags."""
+    config = JudgeConfig(model=str(tiny_model_dir))
+    positions = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    assert positions < 4096 + 512
+    assert default_max_model_len(config, generated_tokens=512) == positions
+    assert default_max_model_len(JudgeConfig(model=str(tiny_model_dir), max_input_tokens=256), 8) == 264
 
 
 def test_the_cpu_engine_gets_every_core_unless_the_user_chose():

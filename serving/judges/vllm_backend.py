@@ -41,10 +41,12 @@ token's. An answer value outside a step's top TOP_LOGPROBS gets probability 0 th
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable
@@ -129,6 +131,19 @@ def _environment(added: dict[str, str]):
                 os.environ[name] = value
 
 
+def default_max_model_len(config: JudgeConfig, generated_tokens: int) -> int:
+    """--max-input-tokens plus the tokens a judgement may generate, but no more than the model's positions
+    (config.json's max_position_embeddings), which vLLM refuses to exceed: a generation that reaches them stops
+    there, as one that reaches --max-new-tokens does."""
+    wanted = config.max_input_tokens + generated_tokens
+    model_config = Path(config.model) / "config.json"
+    positions = json.loads(model_config.read_text()).get("max_position_embeddings") if model_config.is_file() else None
+    if isinstance(positions, int) and positions < wanted:
+        log.info("max_model_len %d: the model's max_position_embeddings, below %d", positions, wanted)
+        return positions
+    return wanted
+
+
 def _engine(config: JudgeConfig, runner: str, generated_tokens: int):
     """vLLM's offline engine for config.model with the engine settings of `config`."""
     vllm = _vllm()
@@ -143,7 +158,7 @@ def _engine(config: JudgeConfig, runner: str, generated_tokens: int):
             seed=config.seed,
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
-            max_model_len=config.max_model_len or config.max_input_tokens + generated_tokens,
+            max_model_len=config.max_model_len or default_max_model_len(config, generated_tokens),
             enforce_eager=config.enforce_eager,
             **settings,
         )
