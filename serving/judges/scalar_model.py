@@ -118,9 +118,10 @@ class ScalarEngine(Protocol):
 
 @dataclass
 class TransformersEngine:
-    """A transformers sequence-classification model in this process. Prompt-once (the default) packs every
-    group of two or more inputs with its prompt computed once; single inputs, which have nothing to share,
-    take today's padded forwards (length groups of at most `max_padding_fraction` padding)."""
+    """A transformers sequence-classification model in this process. Prompt-once (the default) packs the whole
+    batch into rows with no padding: every group of two or more inputs with its prompt computed once, and every
+    single input, which has nothing to share, as its own causal sequence beside them. Without prompt-once,
+    every input takes today's padded forwards (length groups of at most `max_padding_fraction` padding)."""
 
     model: torch.nn.Module
     pad_token_id: int
@@ -133,16 +134,13 @@ class TransformersEngine:
             packing.use_packed_attention(self.model)
 
     def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
-        shared = [list(group) for group in groups if self.prompt_once and len(group) > 1]
-        alone = [index for group in groups if not (self.prompt_once and len(group) > 1) for index in group]
+        if not self.prompt_once:
+            return sequence_outputs(self.model, inputs, self.pad_token_id, self.max_padding_fraction)
         outputs: list[list[float]] = [[] for _ in inputs]
-        padded = sequence_outputs(self.model, [inputs[i] for i in alone], self.pad_token_id, self.max_padding_fraction)
-        for index, values in zip(alone, padded, strict=True):
-            outputs[index] = values
         packed = prompt_once_outputs(
-            self.model, [[inputs[i] for i in group] for group in shared], self.max_tokens_per_forward
+            self.model, [[inputs[i] for i in group] for group in groups], self.max_tokens_per_forward
         )
-        for group, group_outputs in zip(shared, packed, strict=True):
+        for group, group_outputs in zip(groups, packed, strict=True):
             for index, values in zip(group, group_outputs, strict=True):
                 outputs[index] = values
         return outputs
