@@ -12,6 +12,7 @@ JUDGE_CHOICES = ("scalar", "generative", "rule")
 BACKEND_CHOICES = ("transformers", "vllm")
 SCORE_MODES = ("expected", "sample")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+TRUNCATION_CHOICES = ("none", "left")
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
 
 
@@ -31,7 +32,15 @@ class JudgeConfig:
     )
     device: str = option("auto", "torch device of the transformers backend: auto (cuda when available), cpu, cuda:1")
     dtype: str = option("auto", "weights dtype; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPE_CHOICES)
-    max_input_tokens: int = option(4096, "longest judge input in tokens; a longer one is an error, never truncated")
+    max_input_tokens: int = option(
+        4096, "longest judge input in tokens; a longer one is an error, unless a scalar judge has --truncation left"
+    )
+    truncation: str = option(
+        "none",
+        "scalar judges: none = a judge input longer than --max-input-tokens is that item's error; left = it keeps "
+        "its BOS and its last tokens (the conversation's end), and its metadata says how many tokens were cut",
+        choices=TRUNCATION_CHOICES,
+    )
     max_padding_fraction: float = option(
         0.25,
         "transformers backend: most padding a forward pass may carry (share of its tokens); texts of other "

@@ -181,6 +181,8 @@ class HealthResponse(BaseModel):
     backend: str
     model_id: str
     model_version: str
+    scoring: str = Field("", description="what the score is (scalar judges: how it maps the raw reward)")
+    tokenization: str = Field("", description="how judge inputs are tokenized: the BOS the judge reads")
     queue_depth: int = Field(description="judgements accepted and not answered yet")
     max_batch_size: int
     batch_timeout: float

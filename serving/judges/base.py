@@ -35,6 +35,8 @@ class JudgeIdentity:
     backend: str
     model_id: str
     model_version: str
+    scoring: str = ""  # what the score is, where the kind alone does not say it
+    tokenization: str = ""  # how the judge input is tokenized, its BOS included
 
 
 class BackendUnavailable(RuntimeError):
