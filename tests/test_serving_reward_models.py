@@ -15,14 +15,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoTokenizer
 
 from judge_rewards.protocol.judge_spec import JudgeSpec
 from serving.config import JudgeConfig
 from serving.judges import load_judge
 from serving.judges.hf import bos_handling
 from tests.support import reward_models
-from tests.support.reward_models import FAMILIES, LABELS, conversation, forward, left_truncated_ids, token_ids
+from tests.support.reward_models import (
+    FAMILIES,
+    LABELS,
+    conversation,
+    left_truncated_ids,
+    reference_rewards,
+    token_ids,
+)
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -73,14 +80,6 @@ def servers(model_dirs, tmp_path_factory):
         server.stop()
 
 
-def authors_outputs(model_dir, messages_list, ids_of=token_ids) -> list[list[float]]:
-    """Every head output of each conversation: the model's own fp32 forward, one conversation at a time, on
-    `ids_of(tokenizer, messages)` (by default apply_chat_template(messages, tokenize=True))."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).float().eval()
-    return [forward(model, ids_of(tokenizer, messages)) for messages in messages_list]
-
-
 def batch_judge(server, requests: list[dict]) -> list[dict]:
     response = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=120)
     assert response.status_code == 200, response.text
@@ -91,7 +90,7 @@ def batch_judge(server, requests: list[dict]) -> list[dict]:
 def test_served_raw_reward_is_the_models_own_forward_on_its_chat_template(family, servers, model_dirs):
     requests = reward_models.requests()
     served = batch_judge(servers[family], requests)
-    expected = authors_outputs(model_dirs[family], [conversation(r) for r in requests])
+    expected = reference_rewards(model_dirs[family], [conversation(r) for r in requests])
     for response, outputs in zip(served, expected, strict=True):
         assert response["error"] is None, response
         raw = response["metadata"]["raw_reward"]
@@ -124,9 +123,9 @@ def test_a_bos_both_template_and_tokenizer_add_is_read_once_and_said_at_load(fam
     assert doubled(tokenizer, messages[0])[:2] == [tokenizer.bos_token_id] * 2
     served = [r["metadata"]["raw_reward"] for r in batch_judge(servers[family], requests)]
     assert served == pytest.approx(
-        [o[0] for o in authors_outputs(model_dirs[family], messages, stripped)], abs=TOLERANCE
+        [o[0] for o in reference_rewards(model_dirs[family], messages, stripped)], abs=TOLERANCE
     )
-    twice = [o[0] for o in authors_outputs(model_dirs[family], messages, doubled)]
+    twice = [o[0] for o in reference_rewards(model_dirs[family], messages, doubled)]
     assert all(abs(a - b) > 20 * TOLERANCE for a, b in zip(served, twice, strict=True))  # the test sees a double
     health = httpx.get(f"{servers[family].url}/health", timeout=30).json()
     assert health["tokenization"].startswith(f"duplicated BOS: the chat template renders {bos}")
@@ -160,7 +159,7 @@ def test_left_truncation_keeps_the_bos_and_the_conversations_end_and_says_so(fam
     full_length = len(token_ids(tokenizer, conversation(long)))
     assert full_length > MAX_INPUT_TOKENS + 20
     served_long, served_short = batch_judge(servers[family], [long, short])
-    (expected,) = authors_outputs(
+    (expected,) = reference_rewards(
         model_dirs[family], [conversation(long)], lambda t, m: left_truncated_ids(t, m, MAX_INPUT_TOKENS)
     )
     assert served_long["error"] is None
@@ -183,7 +182,7 @@ def test_without_truncation_a_too_long_input_is_that_items_error(model_dirs):
 def test_a_multi_label_head_serves_its_outputs_by_id2label_names(servers, model_dirs):
     requests = reward_models.requests()
     served = batch_judge(servers["labels"], requests)
-    expected = authors_outputs(model_dirs["labels"], [conversation(r) for r in requests])
+    expected = reference_rewards(model_dirs["labels"], [conversation(r) for r in requests])
     for response, outputs in zip(served, expected, strict=True):
         named = response["metadata"]["label_outputs"]
         assert list(named) == list(LABELS)

@@ -185,16 +185,16 @@ def build(family_name: str, out_dir: str | Path, seed: int = 0, labels: Sequence
     return out_dir
 
 
-def reference_rewards(model_dir: str | Path, conversations: Sequence[Sequence[dict]]) -> list[list[float]]:
+def reference_rewards(model_dir: str | Path, conversations: Sequence[Sequence[dict]], ids_of=None) -> list[list[float]]:
     """Every head output of each conversation, as the model's authors compute it: the model in fp32, its own
-    forward on `tokenizer.apply_chat_template(messages, tokenize=True)`, one conversation at a time, no
-    activation."""
+    forward on `ids_of(tokenizer, messages)` (by default `tokenizer.apply_chat_template(messages, tokenize=True)`,
+    `token_ids`), one conversation at a time, no activation."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-    return [forward(model, token_ids(tokenizer, messages)) for messages in conversations]
+    return [forward(model, (ids_of or token_ids)(tokenizer, messages)) for messages in conversations]
 
 
 def token_ids(tokenizer, messages: Sequence[dict]) -> list[int]:
