@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from transformers import AutoTokenizer
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from judge_rewards.protocol.judge_spec import JudgeSpec
 from serving.config import JudgeConfig
@@ -220,3 +220,35 @@ def test_a_one_label_judge_json_still_refuses_a_multi_label_head(model_dirs, tmp
 def test_truncation_is_refused_for_a_generative_judge(tiny_model_dir):
     with pytest.raises(ValueError, match="--truncation left is for scalar judges"):
         load_judge(JudgeConfig(model=str(tiny_model_dir), truncation="left"))
+
+
+def gemma2_with_window(out_dir, window: int):
+    """A tiny Gemma 2 sequence classifier (its sliding-window and full attention layers) on the Gemma tokenizer."""
+    import torch
+    from transformers import Gemma2Config
+
+    tokenizer = reward_models.build_tokenizer(FAMILIES["gemma"])
+    config = Gemma2Config(**reward_models.size_settings(tokenizer, num_labels=1), sliding_window=window)
+    config.architectures = ["Gemma2ForSequenceClassification"]
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 1.0)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def test_a_sliding_window_shorter_than_the_inputs_is_refused_on_the_transformers_backend(tmp_path):
+    """The transformers backend's own attention masks have no sliding window: a Gemma 2 whose window (32 tokens
+    here, 4096 in the real ones) is shorter than --max-input-tokens would be read otherwise than its own forward
+    reads it, so it is refused; inputs within the window are read as its forward reads them."""
+    model_dir = gemma2_with_window(tmp_path / "gemma2", window=32)
+    with pytest.raises(ValueError, match="sliding window of 32 tokens.*set --max-input-tokens 32 or less"):
+        load_judge(JudgeConfig(model=str(model_dir), max_input_tokens=MAX_INPUT_TOKENS))
+    judge = load_judge(JudgeConfig(model=str(model_dir), max_input_tokens=32, dtype="float32"))
+    requests = [r for r in reward_models.requests() if r["prompt"] == reward_models.requests()[0]["prompt"]]
+    verdicts = judge.score_batch([reward_models.judge_item(r) for r in requests])
+    expected = reference_rewards(model_dir, [conversation(r) for r in requests])
+    read = [(v.metadata["raw_reward"], e[0]) for v, e in zip(verdicts, expected, strict=True) if v.error is None]
+    assert len(read) >= 2 and all(served == pytest.approx(own, abs=TOLERANCE) for served, own in read)

@@ -51,7 +51,9 @@ class ScalarJudge(Judge):
         self._spec = spec
         self._calibrated = calibrated
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="right")
-        self._labels = self._head_labels(AutoConfig.from_pretrained(config.model))
+        model_config = AutoConfig.from_pretrained(config.model)
+        self._labels = self._head_labels(model_config)
+        self._check_attention_window(model_config)
         self._weights = self._attribute_weights()
         self.identity = hf.identity(config, "scalar", self._scoring(), hf.bos_handling(self._tokenizer)[1])
         self.computes_shared_prompts_once = not config.no_prompt_once
@@ -117,6 +119,21 @@ class ScalarJudge(Judge):
         if attributes or model_config.num_labels == 1:
             return []
         return [str(model_config.id2label[index]) for index in range(model_config.num_labels)]
+
+    def _check_attention_window(self, model_config) -> None:
+        """The transformers backend's padded and packed forwards build their own attention masks, which have no
+        sliding window: a model with one (Gemma 2, Mistral) would read a longer input otherwise than its own
+        forward does, so such inputs are not allowed."""
+        window = getattr(model_config, "sliding_window", None)
+        layer_types = getattr(model_config, "layer_types", None) or ["sliding_attention"]
+        if self._config.backend != "transformers" or not window or "sliding_attention" not in layer_types:
+            return
+        if self._config.max_input_tokens > window:
+            raise ValueError(
+                f"{self._config.model}: the model attends through a sliding window of {window} tokens, which the "
+                f"transformers backend's forwards do not apply: set --max-input-tokens {window} or less (now "
+                f"{self._config.max_input_tokens}) so that no input reaches past it"
+            )
 
     def _scoring(self) -> str:
         """What the score is, for /health."""

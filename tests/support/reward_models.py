@@ -121,11 +121,9 @@ def build_tokenizer(family: Family):
     )
 
 
-def model_config(family: Family, tokenizer, num_labels: int):
-    """The architecture's config class with its family's characteristic settings, at a tiny size."""
-    from transformers import GemmaConfig, LlamaConfig, Qwen3Config
-
-    size = {
+def size_settings(tokenizer, num_labels: int) -> dict:
+    """The tiny size every family's config shares: 64-wide attention heads, the tokenizer's vocabulary."""
+    return {
         "vocab_size": len(tokenizer),
         "hidden_size": HIDDEN,
         "intermediate_size": 2 * HIDDEN,
@@ -139,6 +137,13 @@ def model_config(family: Family, tokenizer, num_labels: int):
         "num_labels": num_labels,
         "torch_dtype": "float32",
     }
+
+
+def model_config(family: Family, tokenizer, num_labels: int):
+    """The architecture's config class with its family's characteristic settings, at a tiny size."""
+    from transformers import GemmaConfig, LlamaConfig, Qwen3Config
+
+    size = size_settings(tokenizer, num_labels)
     if family.architecture.startswith("Llama"):  # Llama 3.1's (Skywork-Reward-V2-Llama-3.1-8B's base)
         rope = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
         rope |= {"original_max_position_embeddings": 8192, "rope_type": "llama3"}
