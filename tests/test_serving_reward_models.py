@@ -150,6 +150,11 @@ def test_bos_handling_names_each_case(model_dirs):
     assert not duplicated and "renders no <|begin_of_text|>, although the tokenizer adds one" in text
     only_template = FAMILIES["gemma"].__class__(**{**vars(FAMILIES["gemma"]), "tokenizer_adds_bos": False})
     assert handling(only_template) == (False, "BOS: the chat template renders <bos>; the judge reads it once")
+    refusing = FAMILIES["gemma"].__class__(**{**vars(FAMILIES["gemma"]), "template": "{{ raise_exception('no') }}"})
+    assert handling(refusing) == (
+        False,
+        "BOS: not checked, the chat template refuses a user and an assistant turn (no)",
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)

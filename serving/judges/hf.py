@@ -62,7 +62,10 @@ def bos_handling(tokenizer) -> tuple[bool, str]:
     bos = tokenizer.bos_token
     if tokenizer.bos_token_id is None:
         return False, "BOS: the tokenizer has none; the judge reads the chat template's tokens"
-    text = tokenizer.apply_chat_template(list(BOS_PROBE), tokenize=False)
+    try:
+        text = tokenizer.apply_chat_template(list(BOS_PROBE), tokenize=False)
+    except Exception as err:  # a template with demands of its own (e.g. a system turn first): nothing to compare
+        return False, f"BOS: not checked, the chat template refuses a user and an assistant turn ({err})"
     rendered = tokenizer(text, add_special_tokens=False)["input_ids"]
     added = tokenizer(text)["input_ids"]
     template_renders = rendered[:1] == [tokenizer.bos_token_id]
