@@ -171,7 +171,8 @@ def test_left_truncation_keeps_the_bos_and_the_conversations_end_and_says_so(fam
     assert served_long["metadata"]["raw_reward"] == pytest.approx(expected[0], abs=TOLERANCE)
     assert served_long["metadata"]["truncated_tokens"] == full_length - MAX_INPUT_TOKENS
     assert served_long["metadata"]["input_tokens"] == MAX_INPUT_TOKENS
-    assert f"first {full_length - MAX_INPUT_TOKENS} tokens after its BOS were cut" in served_long["explanation"]
+    cut = f"--truncation left cut {full_length - MAX_INPUT_TOKENS} tokens from the conversation's start"
+    assert cut in served_long["explanation"]
     assert served_short["metadata"]["truncated_tokens"] == 0 and "cut" not in served_short["explanation"]
 
 

@@ -215,7 +215,10 @@ class ScalarJudge(Judge):
         if self._config.truncation != "none":
             verdict.metadata["truncated_tokens"] = read.truncated_tokens
             if read.truncated_tokens:
-                verdict.explanation += f"; the input's first {read.truncated_tokens} tokens after its BOS were cut"
+                verdict.explanation += (
+                    f"; --truncation left cut {read.truncated_tokens} tokens from the conversation's start (a "
+                    "leading BOS stays)"
+                )
         return verdict
 
     def _reward_verdict(self, read: _Read) -> Verdict:
