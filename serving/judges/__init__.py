@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
-from judge_rewards.protocol.judge_spec import JudgeSpec, load_judge_spec
+from judge_rewards.protocol.judge_spec import SPEC_FILE, JudgeSpec, load_judge_spec
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable, ComparisonItem, ComparisonUnsupported, Judge, JudgeIdentity, JudgeItem, Verdict
@@ -49,7 +50,10 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
     if kind == "scalar":
         from .scalar import ScalarJudge
 
-        return ScalarJudge(config, spec if spec.kind == "scalar" else JudgeSpec(kind="scalar"))
+        declared = spec.kind == "scalar" and (Path(config.model) / SPEC_FILE).is_file()
+        return ScalarJudge(config, spec if declared else JudgeSpec(kind="scalar"), calibrated=declared)
+    if config.truncation != "none":
+        raise ValueError(f"--truncation {config.truncation} is for scalar judges; {config.model} is a {kind} judge")
     if spec.prompt_format == "pairwise":
         from .pairwise import PairwiseJudge
 

@@ -36,6 +36,8 @@ class JudgeIdentity:
     model_id: str
     model_version: str
     backend_reason: str = ""  # why this backend runs (--backend, or what --backend auto found)
+    scoring: str = ""  # what the score is, where the kind alone does not say it
+    tokenization: str = ""  # how the judge input is tokenized, its BOS included
 
 
 class BackendUnavailable(RuntimeError):

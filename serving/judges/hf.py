@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,10 @@ from ..config import JudgeConfig
 from .base import JudgeIdentity, Verdict
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+# A conversation every chat template can render (Gemma's refuses a system turn) to see where its BOS comes from.
+BOS_PROBE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"})
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> str:
@@ -43,10 +48,45 @@ def load_tokenizer(model_dir: str, padding_side: str):
     tokenizer.padding_side = padding_side
     # Texts are tokenized once, then padded per length group; transformers warns about that pattern.
     tokenizer.deprecation_warnings["Asking-to-pad-a-fast-tokenizer"] = True
+    duplicated, handling = bos_handling(tokenizer)
+    (log.warning if duplicated else log.info)("%s: %s", model_dir, handling)
     return tokenizer
 
 
-def identity(config: JudgeConfig, kind: str) -> JudgeIdentity:
+def bos_handling(tokenizer) -> tuple[bool, str]:
+    """(whether the chat template and the tokenizer both add a BOS, what the judge does about the BOS). Judge
+    inputs are the chat template's text tokenized without added special tokens, the ids of
+    `apply_chat_template(messages, tokenize=True)`: a BOS the template renders is read once, even by a tokenizer
+    that adds one again when asked for special tokens (where `tokenizer(text)` would read two; RLHFlow's and
+    Skywork's usage strip the template's one before such a call, to the same one BOS)."""
+    bos = tokenizer.bos_token
+    if tokenizer.bos_token_id is None:
+        return False, "BOS: the tokenizer has none; the judge reads the chat template's tokens"
+    try:
+        text = tokenizer.apply_chat_template(list(BOS_PROBE), tokenize=False)
+    except Exception as err:  # a template with demands of its own (e.g. a system turn first): nothing to compare
+        return False, f"BOS: not checked, the chat template refuses a user and an assistant turn ({err})"
+    rendered = tokenizer(text, add_special_tokens=False)["input_ids"]
+    added = tokenizer(text)["input_ids"]
+    template_renders = rendered[:1] == [tokenizer.bos_token_id]
+    tokenizer_adds = added[:1] == [tokenizer.bos_token_id] and added[1 : len(rendered) + 1] == rendered
+    if template_renders and tokenizer_adds:
+        return True, (
+            f"duplicated BOS: the chat template renders {bos} and the tokenizer adds another when asked for special "
+            f"tokens; the judge reads one {bos} (apply_chat_template(tokenize=True)'s ids: the template's tokens, "
+            "no added special tokens)"
+        )
+    if template_renders:
+        return False, f"BOS: the chat template renders {bos}; the judge reads it once"
+    if tokenizer_adds:
+        return False, (
+            f"BOS: the chat template renders no {bos}, although the tokenizer adds one when asked for special "
+            "tokens; the judge reads none, as apply_chat_template(tokenize=True) does"
+        )
+    return False, f"BOS: neither the chat template nor the tokenizer adds {bos}; the judge reads none"
+
+
+def identity(config: JudgeConfig, kind: str, scoring: str = "", tokenization: str = "") -> JudgeIdentity:
     """What /health says about a model judge loaded from config.model and run on config.backend."""
     model_dir = Path(config.model)
     return JudgeIdentity(
@@ -54,6 +94,8 @@ def identity(config: JudgeConfig, kind: str) -> JudgeIdentity:
         backend=config.backend,
         model_id=config.model_id or model_dir.resolve().name,
         model_version=config.model_version or fingerprint(model_dir),
+        scoring=scoring,
+        tokenization=tokenization,
     )
 
 
