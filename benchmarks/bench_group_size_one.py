@@ -10,10 +10,11 @@ benchmark runs from a fresh clone; or --judge DIR, or --base-model DIR (a fresh 
 Traffic: benchmark 6's GRPO-shaped texts at group size 1 (every item its own prompt of about 215 judge-input
 tokens, a completion of about 85), --items per run, fresh texts every repetition, the same texts for both
 methods within one. Methods, their order rotated from one repetition to the next:
-- bare forward: AutoModelForSequenceClassification in this process (eager PyTorch, fp32, its default
-  attention), on the judge inputs already tokenised: sorted by length, in batches of --bare-batch-size,
-  each padded to its longest and given its padding mask, `model(input_ids, attention_mask)`. What a
-  competent user would run offline, and the model's own speed: no tokenisation, HTTP or batching in its time.
+- bare forward: AutoModelForSequenceClassification in this process (eager PyTorch, its default attention,
+  on the server's default device and dtype: fp32 on a CPU, bf16 on a GPU), on the judge inputs already
+  tokenised: sorted by length, in batches of --bare-batch-size, each padded to its longest and given its
+  padding mask, `model(input_ids, attention_mask)`. What a competent user would run offline, and the model's
+  own speed: no tokenisation, HTTP or batching in its time.
 - server: `python -m serving --model JUDGE` with its defaults (transformers backend), sent the items as
   the reward adapter sends them: concurrent /batch_judge calls of --client-batch-size items (the adapter's
   max_batch_size, 16), all in flight at once.
@@ -39,6 +40,7 @@ from benchmarks.common import (
     markdown_table,
     median_and_range,
     rotated,
+    server_default_dtype,
     summarize_runs,
     write_results,
 )
@@ -65,8 +67,13 @@ class BareForward:
         import torch
         from transformers import AutoModelForSequenceClassification
 
+        from serving.judges.hf import resolve_device, resolve_dtype
+
         self._torch = torch
-        self._model = AutoModelForSequenceClassification.from_pretrained(judge_dir, dtype=torch.float32).eval()
+        self._device = resolve_device("auto")
+        dtype = resolve_dtype("auto", self._device)
+        model = AutoModelForSequenceClassification.from_pretrained(judge_dir, dtype=dtype)
+        self._model = model.to(self._device).eval()
         self._model.config.pad_token_id = pad_token_id
         self._pad = pad_token_id
         self._batch_size = batch_size
@@ -86,8 +93,10 @@ class BareForward:
                 input_ids[row, : len(inputs[index])] = torch.tensor(inputs[index])
                 attention_mask[row, : len(inputs[index])] = 1
             with torch.inference_mode():
-                logits = self._model(input_ids=input_ids, attention_mask=attention_mask).logits
-            for index, value in zip(batch, logits[:, 0].tolist(), strict=True):
+                logits = self._model(
+                    input_ids=input_ids.to(self._device), attention_mask=attention_mask.to(self._device)
+                ).logits
+            for index, value in zip(batch, logits[:, 0].float().tolist(), strict=True):
                 rewards[index] = value
         return time.perf_counter() - started, rewards
 
@@ -150,7 +159,7 @@ def report(results: dict, config: dict) -> str:
     mean_tokens = runs[0]["tokens"] / config["items"]
     return (
         "## Group size 1: our server's transformers backend vs a bare forward\n\n"
-        f"{config['judge']}, fp32; {config['items']} items per run (group size 1, mean judge input "
+        f"{config['judge']}, {config['dtype']}; {config['items']} items per run (group size 1, mean judge input "
         f"{mean_tokens:.0f} tokens in the first repetition); bare forward: length-sorted padded batches of "
         f"{config['bare_batch_size']}; server: `python -m serving` defaults, concurrent /batch_judge calls of "
         f"{config['client_batch_size']}; fresh texts every repetition; {config['repetitions_done']} repetitions, "
@@ -222,6 +231,7 @@ def write(args: argparse.Namespace, size: dict, results: dict) -> None:
     config = {
         "judge": str(judge),
         **size,
+        "dtype": server_default_dtype(),
         "repetitions_done": len(results[BARE]["runs"]),
         "bare_batch_size": args.bare_batch_size,
         "client_batch_size": args.client_batch_size,

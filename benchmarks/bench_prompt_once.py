@@ -60,6 +60,7 @@ from benchmarks.common import (
     markdown_table,
     median_and_range,
     rotated,
+    server_default_dtype,
     summarize_runs,
     write_results,
 )
@@ -394,7 +395,7 @@ def report(results: list[dict], config: dict) -> str:
     tuned = f"; vllm pooling tuned: block_size {config.get('vllm_block_size')}" if has_vllm else ""
     return (
         "## Prompt-once scoring vs today's batching vs vLLM (GRPO-shaped traffic)\n\n"
-        f"{config['judge']} scalar judge, fp32; {config['items']} items per run (prompts x group size) as "
+        f"{config['judge']} scalar judge, {config['dtype']}; {config['items']} items per run (prompts x group size) as "
         f"{config['calls']} concurrent /batch_judge calls; mean judge input {sum(mean_input) / len(mean_input):.0f} "
         f"tokens; fresh texts every repetition; {config['repetitions_done']} repetitions, the methods interleaved at "
         f"every group size{tuned}.\n\n"
@@ -475,6 +476,7 @@ def run_config(args: argparse.Namespace, size: dict, results: list[dict], server
         "vllm_kv_cache_gib": getattr(args, "vllm_kv_cache_gib", None) if args.vllm_python else None,
         "vllm_block_size": getattr(args, "vllm_block_size", None) if args.vllm_python else None,
         **size,
+        "dtype": server_default_dtype(),
         "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
         "calls": args.calls,
         "seed": args.seed,

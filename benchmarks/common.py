@@ -42,13 +42,20 @@ def machine() -> dict:
         "cpu": cpu_model,
         "cores": os.cpu_count(),
         "memory_gib": round(memory_kb / 2**20, 1),
-        "gpu": None,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "commit": commit,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def server_default_dtype() -> str:
+    """The dtype the server's --dtype auto picks on this machine (float32 on a CPU, bfloat16 on a GPU)."""
+    from serving.judges.hf import resolve_device, resolve_dtype
+
+    return str(resolve_dtype("auto", resolve_device("auto"))).removeprefix("torch.")
 
 
 def chosen_sizes(args, defaults: dict, smoke: dict) -> dict:
@@ -140,7 +147,7 @@ def write_results(name: str, results: dict, markdown: str, out_dir: Path = RESUL
     json_path = out_dir / f"{name}.json"
     json_path.write_text(repo_relative(json.dumps(payload, indent=2) + "\n"))
     footer = (
-        f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, no GPU; "
+        f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, {info['gpu'] or 'no GPU'}; "
         f"torch {info['torch']}, transformers {info['transformers']}; commit {info['commit']}, {info['date']}.\n"
         f"Command: `{payload['command']}`\n"
     )

@@ -231,3 +231,10 @@ def test_attention_batches_of_one_segment_give_the_same_outputs(tiny_scalar_judg
     assert len(row.layout.attention_batches(torch.device("cpu"))) == len(row.layout.segments)
     alone = torch.tensor(engine.raw_outputs(inputs, groups))
     assert torch.allclose(alone, batched, atol=TOLERANCE, rtol=0)
+
+
+def test_packed_forwards_are_used_only_where_they_are_faster_than_padding():
+    from transformers.utils import is_flash_attn_2_available
+
+    assert packing.packs_fast("cpu")
+    assert packing.packs_fast("cuda:1") == is_flash_attn_2_available()  # per-segment SDPA on CUDA: 0.48x padding

@@ -37,6 +37,14 @@ LAYOUT_KWARG = "packed_layout"  # the forward keyword that carries a row's RowLa
 ATTENTION_BATCH_SCORES = 1 << 22  # most attention scores per head of one batched SDPA call (16 MiB in fp32)
 
 
+def packs_fast(device: str) -> bool:
+    """Whether packed forwards beat padded ones on `device`. On a CPU they do (they skip the shared prompt and the
+    padding). On CUDA without flash-attn the per-segment SDPA calls cost more than they save: on an H100 with a
+    1.7B-parameter judge in bf16, prompt-once scored 0.48x the rewards/s of padded forwards at group size 8
+    (benchmarks/README.md, section 6 on a GPU)."""
+    return not device.startswith("cuda") or is_flash_attn_2_available()
+
+
 def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     """Tokens all the sequences of a group start with, leaving each at least its last token as its own
     completion (where its output is read): identical sequences, or one a prefix of another, still pack.

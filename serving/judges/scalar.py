@@ -12,6 +12,7 @@ combined by --attribute-weights into the raw reward.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from judge_rewards.protocol import templates
 from judge_rewards.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_attribute_weights, sigmoid
 
 from ..config import JudgeConfig
-from . import hf, scalar_model
+from . import hf, packing, scalar_model
 from .base import ComparisonItem, Judge, JudgeItem, Verdict, prompt_key
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,18 @@ class ScalarJudge(Judge):
             config.model, torch_dtype=hf.resolve_dtype(config.dtype, device)
         )
         model.config.pad_token_id = self._tokenizer.pad_token_id  # _check_pad_token: None or equal to it
+        prompt_once = config.shares_prompts and packing.packs_fast(device)
+        if config.shares_prompts and not prompt_once:
+            log.warning(
+                "prompt-once off on %s: packed attention without flash-attn is slower there than padding", device
+            )
+            self.computes_shared_prompts_once = False
         return scalar_model.TransformersEngine(
             model.to(device).eval(),
             self._tokenizer.pad_token_id,
             config.max_padding_fraction,
             config.max_tokens_per_forward,
-            prompt_once=not config.no_prompt_once,
+            prompt_once=prompt_once,
         )
 
     def _attribute_weights(self) -> dict[str, float]:
