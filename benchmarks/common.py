@@ -147,7 +147,7 @@ def write_results(name: str, results: dict, markdown: str, out_dir: Path = RESUL
     json_path = out_dir / f"{name}.json"
     json_path.write_text(repo_relative(json.dumps(payload, indent=2) + "\n"))
     footer = (
-        f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, {info['gpu'] or 'no GPU'}; "
+        f"\nMachine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, {info.get('gpu') or 'no GPU'}; "
         f"torch {info['torch']}, transformers {info['transformers']}; commit {info['commit']}, {info['date']}.\n"
         f"Command: `{payload['command']}`\n"
     )
