@@ -33,12 +33,13 @@ Methods, measured one after another at each group size, their order rotated from
 - vllm old blocks (with --vllm-python): the same with `--block-size` --vllm-old-block-size (128, vLLM's CPU
   default, what the server used before issue 28): prefix caching shares whole 128-token blocks only.
 Every server keeps its other defaults (max_batch_size 16, batch_timeout 0.05 s) and starts once; the methods
-not being measured sit idle. Every run reports judgements/s (items / wall time of the whole run), the mean
-generated tokens, the share of answers that parsed, and how its answers compare with today's on the same
-texts: how many differ (score, error, reasoning, generated tokens or answer text) and the largest score
-difference. Prompt-once must answer as today; vLLM's kernels may differ in the last bits and so, rarely, in a
-greedy token. The results give median and range over the repetitions, ratios of medians, and the 1-minute load
-average before every run.
+not being measured sit idle. --methods runs some of them only (e.g. the two vLLM ones, which issue 28's part 5
+compares); the first one named is the reference. Every run reports judgements/s (items / wall time of the whole
+run), the mean generated tokens, the share of answers that parsed, and how its answers compare with the
+reference's (today's by default) on the same texts: how many differ (score, error, reasoning, generated tokens
+or answer text) and the largest score difference. Prompt-once must answer as today; vLLM's kernels may differ
+in the last bits and so, rarely, in a greedy token. The results give median and range over the repetitions,
+ratios of medians, and the 1-minute load average before every run.
 """
 
 from __future__ import annotations
@@ -96,17 +97,17 @@ def answer_key(answer: dict) -> tuple:
     )
 
 
-def run_figures(answers: list[dict], today: list[dict]) -> dict:
-    """A run's answers: mean generated tokens, the share that parsed, and their agreement with today's."""
-    scores = [(a["score"], b["score"]) for a, b in zip(answers, today, strict=True)]
+def run_figures(answers: list[dict], reference: list[dict]) -> dict:
+    """A run's answers: mean generated tokens, the share that parsed, and their agreement with the reference's."""
+    scores = [(a["score"], b["score"]) for a, b in zip(answers, reference, strict=True)]
     both = [abs(a - b) for a, b in scores if a is not None and b is not None]
     return {
         "mean_generated_tokens": round(sum(a["metadata"]["generated_tokens"] for a in answers) / len(answers), 1),
         "parsed_share": round(sum(a["score"] is not None for a in answers) / len(answers), 3),
-        "answers_differing_from_today": sum(
-            answer_key(a) != answer_key(b) for a, b in zip(answers, today, strict=True)
+        "answers_differing_from_reference": sum(
+            answer_key(a) != answer_key(b) for a, b in zip(answers, reference, strict=True)
         ),
-        "max_score_difference_from_today": max(both, default=0.0),
+        "max_score_difference_from_reference": max(both, default=0.0),
     }
 
 
@@ -141,8 +142,9 @@ def running_servers(args: argparse.Namespace, log_dir: Path):
     """Each method's judge server URL, started once."""
     judge = served_judge(args.judge, args.prompt_format, log_dir)
     common = ["--model", str(judge), "--max-new-tokens", str(args.max_new_tokens), "--temperature", "0"]
-    flags = {method: [*common, *extra] for method, extra in SERVER_FLAGS.items()}
-    flags[VLLM_OLD_BLOCKS] = [*common, "--block-size", str(args.vllm_old_block_size)]
+    flags = {method: [*common, *SERVER_FLAGS[method]] for method in args.methods}
+    if VLLM_OLD_BLOCKS in flags:
+        flags[VLLM_OLD_BLOCKS] = [*common, "--block-size", str(args.vllm_old_block_size)]
     with ExitStack() as stack:
         yield start_method_servers(
             stack, flags, (VLLM, VLLM_OLD_BLOCKS), log_dir, args.vllm_python, startup_timeout_s=600
@@ -150,9 +152,11 @@ def running_servers(args: argparse.Namespace, log_dir: Path):
 
 
 def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition, pairwise: bool = False) -> list[dict]:
-    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries;
-    `on_repetition(summaries)` after every repetition (a long run that is stopped keeps what it measured)."""
+    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries,
+    compared with the first method's; `on_repetition(summaries)` after every repetition (a long run that is
+    stopped keeps what it measured)."""
     methods = list(urls)
+    reference = methods[0]
     runs = {group: {method: [] for method in methods} for group in size["group_sizes"]}
     log = RunLog()
     for repetition in range(size["repetitions"]):
@@ -167,23 +171,23 @@ def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition, pairwi
                 stamps[method] = {**stamp, "wall_s": round(wall, 3), "judgements_per_s": round(len(bodies) / wall, 3)}
                 print(group, method, stamps[method], flush=True)
             for method in methods:
-                runs[group][method].append({**stamps[method], **run_figures(answers[method], answers[TODAY])})
-        on_repetition(summarized(runs))
-    return summarized(runs)
+                runs[group][method].append({**stamps[method], **run_figures(answers[method], answers[reference])})
+        on_repetition(summarized(runs, reference))
+    return summarized(runs, reference)
 
 
-def summarized(runs: dict) -> list[dict]:
+def summarized(runs: dict, reference: str) -> list[dict]:
     results = []
     for group, group_runs in runs.items():
         keys = ("judgements_per_s", "wall_s", "mean_generated_tokens", "parsed_share")
         summaries = {method: summarize_runs(method_runs, keys) for method, method_runs in group_runs.items()}
-        add_ratios(summaries, "judgements_per_s", TODAY, "today")
+        add_ratios(summaries, "judgements_per_s", reference, "reference")
         for summary in summaries.values():
-            summary["answers_differing_from_today"] = sum(
-                run["answers_differing_from_today"] for run in summary["runs"]
+            summary["answers_differing_from_reference"] = sum(
+                run["answers_differing_from_reference"] for run in summary["runs"]
             )
-            summary["max_score_difference_from_today"] = max(
-                run["max_score_difference_from_today"] for run in summary["runs"]
+            summary["max_score_difference_from_reference"] = max(
+                run["max_score_difference_from_reference"] for run in summary["runs"]
             )
         results.append({"group_size": group, "methods": summaries})
     return results
@@ -195,10 +199,10 @@ def report(results: list[dict], config: dict) -> str:
             level["group_size"],
             method,
             median_and_range(result["judgements_per_s"], 2),
-            f"{result['judgements_per_s_vs_today']:.2f}x",
+            f"{result['judgements_per_s_vs_reference']:.2f}x",
             f"{result['mean_generated_tokens']['median']:.1f}",
             f"{result['parsed_share']['median']:.0%}",
-            f"{result['answers_differing_from_today']} / {result['max_score_difference_from_today']:.1e}",
+            f"{result['answers_differing_from_reference']} / {result['max_score_difference_from_reference']:.1e}",
         ]
         for level in results
         for method, result in level["methods"].items()
@@ -207,10 +211,10 @@ def report(results: list[dict], config: dict) -> str:
         "group size",
         "method",
         "judgements/s: median (min-max)",
-        "vs today (medians)",
+        f"vs {config['reference']} (medians)",
         "generated tokens (median of run means)",
         "answers parsed",
-        "answers differing from today / max score diff.",
+        f"answers differing from {config['reference']} / max score diff.",
     ]
     runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
     return (
@@ -241,6 +245,13 @@ def main() -> None:
         "--prompt-format", choices=("pointwise", "pairwise"), default="pointwise", help="the judge's format"
     )
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="the servers' --max-new-tokens")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(SERVER_FLAGS),
+        default=list(SERVER_FLAGS),
+        help="the methods to run (default all); the first is the reference the others are compared with",
+    )
     add_traffic_options(parser, DEFAULTS, SMOKE, "generative_prompt_once")
     args = parser.parse_args()
     size = traffic_sizes(args, DEFAULTS, SMOKE)
@@ -259,6 +270,7 @@ def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
         "judge": str(args.judge),
         "max_new_tokens": args.max_new_tokens,
         "prompt_format": args.prompt_format,
+        "reference": args.methods[0],
         **run_config(args, size, results, SERVER_FLAGS),
     }
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)

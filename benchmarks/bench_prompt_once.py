@@ -477,7 +477,7 @@ def run_config(args: argparse.Namespace, size: dict, results: list[dict], server
         "vllm_block_size": getattr(args, "vllm_block_size", None) if args.vllm_python else None,
         **size,
         "dtype": server_default_dtype(),
-        "repetitions_done": len(results[0]["methods"][TODAY]["runs"]),
+        "repetitions_done": len(next(iter(results[0]["methods"].values()))["runs"]),
         "calls": args.calls,
         "seed": args.seed,
         "server_flags": server_flags,

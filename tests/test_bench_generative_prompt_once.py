@@ -37,7 +37,7 @@ def test_the_methods_are_interleaved_and_answer_alike(results):
         assert first == rotated([bench.TODAY, bench.PROMPT_ONCE], repetition)
     for level in levels.values():
         once = level["methods"][bench.PROMPT_ONCE]
-        assert (once["answers_differing_from_today"], once["max_score_difference_from_today"]) == (0, 0.0)
+        assert (once["answers_differing_from_reference"], once["max_score_difference_from_reference"]) == (0, 0.0)
         for run in once["runs"]:
             # The random tiny model never answers in format: every generation runs to the limit.
             assert (run["parsed_share"], run["mean_generated_tokens"]) == (0.0, bench.MAX_NEW_TOKENS)
@@ -52,6 +52,6 @@ def test_answers_that_differ_are_counted():
     assert figures == {
         "mean_generated_tokens": 27.3,
         "parsed_share": 0.667,
-        "answers_differing_from_today": 1,
-        "max_score_difference_from_today": 0.25,
+        "answers_differing_from_reference": 1,
+        "max_score_difference_from_reference": 0.25,
     }
