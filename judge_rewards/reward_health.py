@@ -158,9 +158,7 @@ def figures_of(window: list[Observation]) -> dict[str, float]:
     figures["health_tied_group_share"] = (
         sum(_tied([o.reward for o in g]) for g in groups) / len(groups) if groups else math.nan
     )
-    correlations = [
-        c for g in groups if (c := spearman([o.length for o in g], [o.reward for o in g])) is not None
-    ]
+    correlations = [c for g in groups if (c := spearman([o.length for o in g], [o.reward for o in g])) is not None]
     figures["health_length_rank_corr"] = statistics.fmean(correlations) if correlations else math.nan
     checked = [o for o in window if o.rule_score is not None]
     figures["health_judge_rule_agreement"] = (
