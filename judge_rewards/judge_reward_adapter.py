@@ -27,6 +27,7 @@ from . import rules
 from .judge_client import BatchingJudgeClient, JudgeResult, JudgeUnavailableError
 from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
+from .reward_health import RewardHealth
 from .reward_metrics import RewardMetrics
 
 log = logging.getLogger("JudgeReward")
@@ -54,6 +55,7 @@ class BaseJudgeReward:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._fallback_warnings = _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S)
+        self._health = RewardHealth(self.config, lambda: _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S))
         log.info("judge reward adapter: %s", self.config.redacted())
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
@@ -133,18 +135,28 @@ class BaseJudgeReward:
         if cached is None:
             return request, None
         self._metrics.count("cache_hits")
-        return request, _reward_dict(cached, SOURCE_CACHE)
+        return request, self._observed(request, _reward_dict(cached, SOURCE_CACHE))
 
     def _answered(self, request: JudgeItem, result: JudgeResult, started: float) -> dict:
         self._metrics.judge_answered(time.monotonic() - started)
         self._cache_put(request, result)
-        return _reward_dict(result, SOURCE_JUDGE)
+        return self._observed(request, _reward_dict(result, SOURCE_JUDGE))
 
     def get_metrics(self) -> dict:
         metrics = self._metrics.snapshot()
         metrics["circuit_breaker"] = self._client.breaker.snapshot()
         metrics["judge_url"] = self.config.judge_url
+        metrics["reward_health"] = self.health_figures()
         return metrics
+
+    def health_figures(self, fresh: bool = True) -> dict[str, float]:
+        """The reward-health figures of the recent rewards (judge_rewards.reward_health); fresh=False: the cached
+        ones, cheap enough to read after every reward."""
+        return self._health.figures(fresh)
+
+    def _observed(self, request: JudgeItem, reward: dict) -> dict:
+        self._health.observe(request, reward)
+        return reward
 
     def close(self) -> None:
         """Stop the background worker and the batch threads."""
@@ -170,7 +182,7 @@ class BaseJudgeReward:
         result = rule_fallback(request, err)
         self._metrics.count("rule_fallbacks")
         self._fallback_warnings.warn(f"judge unavailable, rewards come from rules (source=rule_fallback): {err}")
-        return result
+        return self._observed(request, result)
 
     def _cache_get(self, request: JudgeItem) -> JudgeResult | None:
         if self._cache is None:

@@ -64,6 +64,16 @@ class JudgeRewardConfig:
     max_queue_size: int = option(
         10_000, "most items waiting or in flight; past it a request fails with 'Request queue full'"
     )
+    health_window: int = option(1024, "most recent rewards the reward-health figures describe")
+    health_warn_after: int = option(64, "rewards the window must hold before a reward-health figure warns")
+    health_length_corr_warn: float = option(
+        0.5, "warn when the within-group rank correlation of reward with answer length reaches this"
+    )
+    health_tied_groups_warn: float = option(0.5, "warn when this share of GRPO groups has all-equal rewards")
+    health_agreement_warn: float = option(
+        0.6, "warn when the judge agrees with the rule scorer on less than this share of answers with a reference"
+    )
+    health_fallback_warn: float = option(0.1, "warn when more than this share of rewards came from the rule fallback")
 
     def __post_init__(self):
         _check(
@@ -77,6 +87,7 @@ class JudgeRewardConfig:
             "max_concurrent_requests",
             "circuit_breaker_threshold",
             "max_queue_size",
+            "health_window",
         ):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _check(self.max_retries >= 0, "max_retries", f"must be >= 0, got {self.max_retries}")

@@ -10,7 +10,8 @@ the dataset column `answer_column` (None: no reference). The batch goes to the j
 (`JudgeRewardSystem.reward_batch`: cache, batching, retries, circuit breaker); a judge failure is the adapter's
 tagged rule fallback, or None, TRL's "no reward" (the sample is left out of the reward), when the fallback is off
 or the rules cannot score it either. Where TRL offers it (1.x: `log_metric`, `log_extra`), each batch logs the
-share of rewards that the judge did not give, and each completion's source.
+share of rewards that the judge did not give, the adapter's reward-health figures (`judge/health_*`, over its
+window of recent rewards: judge_rewards/reward_health.py), and each completion's source.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class JudgeReward:
         if "log_metric" in columns:
             not_judged = sum(source in (SOURCE_RULE_FALLBACK, NO_REWARD_SOURCE) for source in sources)
             columns["log_metric"](f"{self.__name__}/not_from_judge", not_judged / len(sources))
+            for figure, value in self.system.health_figures().items():
+                columns["log_metric"](f"{self.__name__}/{figure}", value)
         if "log_extra" in columns:
             columns["log_extra"](f"{self.__name__}_source", sources)
         return rewards

@@ -23,8 +23,12 @@ none) and `extra_info.answer_type` (optional) as its answer type. Other extra_in
 num_turns and rollout_reward_scores) are not read.
 
 Every sample's dict has the same keys: score, source (judge | cache | rule_fallback), and the
-numeric flags from_rule_fallback and from_cache (verl averages numeric extras into metrics; verl 0.9
-reads the keys of a batch's first sample).
+numeric flags from_rule_fallback and from_cache, and the adapter's reward-health figures (health_*:
+judge_rewards/reward_health.py; the same for every sample of a batch-manager call, those of at most 32 rewards
+ago for a per-sample call). verl 0.9 reads the keys of a batch's first sample. Where they show up: verl (0.6.1
+and 0.9) writes them to every row of `trainer.rollout_data_dir` / `validation_data_dir` JSONL, and logs their
+validation averages as `val-aux/<data_source>/<key>/mean@N`; its training metrics (critic/score/mean) take no
+reward extra info.
 verl may pickle these functions into Ray workers, so the adapter is built lazily, once per process
 and settings, at the first call; nothing is built at import.
 """
@@ -56,7 +60,9 @@ async def compute_score_async(
     sample's judge request joins the adapter's batches without holding a thread while it waits."""
     judge_config = {name: value for name, value in reward_kwargs.items() if name not in VERL_CALL_KEYS}
     item = _judge_item(data_source, solution_str, ground_truth, extra_info)
-    return _verl_score(await reward_system(judge_config).areward(**item))
+    system = reward_system(judge_config)
+    reward = await system.areward(**item)
+    return _verl_score(reward, system.health_figures(fresh=False))
 
 
 def compute_score(
@@ -78,8 +84,10 @@ def compute_score_batch(
         _judge_item(source, solution, truth, extra)
         for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
     ]
-    rewards = reward_system(judge_config).reward_batch(items)
-    return [_verl_score(reward) for reward in rewards]
+    system = reward_system(judge_config)
+    rewards = system.reward_batch(items)
+    health = system.health_figures()
+    return [_verl_score(reward, health) for reward in rewards]
 
 
 def reward_system(judge_config: dict) -> JudgeRewardSystem:
@@ -110,8 +118,9 @@ def _judge_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
     }
 
 
-def _verl_score(reward: dict) -> dict:
+def _verl_score(reward: dict, health: dict[str, float]) -> dict:
     return {
+        **health,
         "score": reward["reward"],
         "source": reward["source"],
         "from_rule_fallback": float(reward["source"] == SOURCE_RULE_FALLBACK),

@@ -10,6 +10,7 @@ from .judges import Verdict
 
 ROUTES = ("/judge", "/batch_judge", "/compare", "/batch_compare", "/health", "/metrics")
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -52,6 +53,13 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._scores = Histogram(
+            "judge_score",
+            "scores answered, by kind (judgement: /judge, /batch_judge; comparison: /compare, /batch_compare)",
+            ["kind"],
+            buckets=SCORE_BUCKETS,
+            registry=self.registry,
+        )
         self._queue_depth = Gauge(
             "judge_queue_depth", "judgements accepted and not answered yet", registry=self.registry
         )
@@ -70,8 +78,11 @@ class ServerMetrics:
 
     def count_verdicts(self, verdicts: Iterable[Verdict], comparisons: bool = False) -> None:
         counter = self._comparisons if comparisons else self._judgements
+        kind = "comparison" if comparisons else "judgement"
         for verdict in verdicts:
             counter.labels("error" if verdict.error else "ok").inc()
+            if verdict.score is not None:
+                self._scores.labels(kind).observe(verdict.score)
 
     @property
     def batches_run(self) -> int:

@@ -4,6 +4,7 @@ verl loads a custom reward function, scoring tokenized rollouts with the real ju
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing
 import pickle
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from judge_rewards import verl_reward
+from judge_rewards.reward_health import figures_of
 from tests.conftest import REPO_ROOT
 from tests.support.servers import free_port
 
@@ -25,7 +27,8 @@ ROLLOUTS = [  # (question, response, ground truth, expected rule-judge score)
     ("Is 7 prime?", "Yes, 7 has no divisors but 1 and itself.", "yes", 1.0),
     ("Pick the even number: (A) 3 (B) 8", "The answer is (B).", "B", 1.0),
 ]
-EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"}
+HEALTH_KEYS = set(figures_of([]))
+EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"} | HEALTH_KEYS
 
 
 def rollout_batch(tiny_tokenizer, rollouts=ROLLOUTS):
@@ -101,6 +104,39 @@ def test_rule_fallback_is_flagged_for_verl_metrics(tiny_tokenizer):
     extra = output["reward_extra_info"]
     assert extra["source"] == ["rule_fallback"] * len(ROLLOUTS) and extra["from_rule_fallback"] == [1.0] * len(ROLLOUTS)
     assert extra["score"] == [expected for *_, expected in ROLLOUTS]
+
+
+def test_the_health_figures_reach_verls_validation_metrics_and_rollout_dump(
+    rule_judge_server, tiny_tokenizer, tmp_path
+):
+    """verl 0.6.1's trainer logs reward extra info only through validation (val-aux/...) and its JSONL dumps:
+    its own code turns this batch's extra info into both."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    data = rollout_batch(tiny_tokenizer)
+    manager = verl_reward_manager(tiny_tokenizer, "batch", "compute_score_batch", rule_judge_server.url)
+    extra = manager(data, return_dict=True)["reward_extra_info"]
+    assert extra["health_window"] == [float(len(ROLLOUTS))] * len(ROLLOUTS)
+    assert extra["health_judge_rule_agreement"] == [1.0] * len(ROLLOUTS)  # the rule judge agrees with the rules
+    sources = ["judge_policy"] * len(ROLLOUTS)
+    metrics = process_validation_metrics(sources, [str(i) for i in range(len(ROLLOUTS))], extra)["judge_policy"]
+    assert metrics["health_judge_rule_agreement"]["mean@1"] == 1.0
+    assert metrics["health_fallback_share"]["mean@1"] == 0.0
+    dumper = SimpleNamespace(global_steps=1)
+    RayPPOTrainer._dump_generations(
+        dumper,
+        ["q"] * len(ROLLOUTS),
+        ["a"] * len(ROLLOUTS),
+        [0] * len(ROLLOUTS),
+        [0.0] * len(ROLLOUTS),
+        extra,
+        str(tmp_path),
+    )
+    row = json.loads((tmp_path / "1.jsonl").read_text().splitlines()[0])
+    assert set(row) >= HEALTH_KEYS and row["health_judge_rule_agreement"] == 1.0
 
 
 def test_a_row_without_the_question_is_a_clear_error(rule_judge_server):

@@ -109,6 +109,24 @@ def test_a_batch_mixes_scores_and_per_item_errors(server):
     assert len({r["request_id"] for r in responses}) == 5
 
 
+def test_metrics_histogram_the_scores_and_leave_out_errors(server):
+    def buckets():
+        return {
+            le: metric_value(server.url, "judge_score_bucket", {"kind": "judgement", "le": le}, headers=AUTH)
+            for le in LES
+        }
+
+    LES = ("0.1", "0.9", "+Inf")
+    before = buckets()
+    requests = [
+        {"prompt": "2+2?", "completion": f"The answer is {n}", "answer": "4", "answer_type": "NUMBER"}
+        for n in (3, 4, 4)
+    ] + [{"prompt": "2+2?", "completion": "The answer is 4"}]  # no reference: an error, no score
+    assert httpx.post(f"{server.url}/batch_judge", headers=AUTH, json={"requests": requests}).status_code == 200
+    after = buckets()
+    assert {le: after[le] - before[le] for le in LES} == {"0.1": 1, "0.9": 1, "+Inf": 3}
+
+
 def test_no_batching_runs_one_judgement_per_model_call(unbatched_server):
     assert httpx.get(f"{unbatched_server.url}/health").json()["max_batch_size"] == 1
     batches_before = metric_value(unbatched_server.url, "judge_batch_size_count")

@@ -77,6 +77,12 @@ def test_a_grpo_step_is_rewarded_by_the_judge(rule_judge_server, tiny_model_dir,
     metrics = reward.system.get_metrics()
     assert metrics["judge_successes"] + metrics["cache_hits"] == len(batch) and metrics["rule_fallbacks"] == 0
     assert logs["rewards/judge/mean"] >= 0.0  # TRL got a number for every completion
+    # the reward-health figures are in TRL's own logged metrics (log_metric exists in TRL 1.x only)
+    import trl
+
+    if int(trl.__version__.split(".")[0]) >= 1:
+        assert logs["judge/health_window"] == len(batch) and logs["judge/health_fallback_share"] == 0.0
+        assert logs["judge/health_judge_rule_agreement"] == 1.0  # the rule judge agrees with the rules
 
 
 def test_without_the_fallback_a_dead_judge_gives_trl_no_reward(tiny_model_dir, tmp_path):
@@ -111,7 +117,8 @@ def test_with_the_fallback_a_dead_judge_gives_tagged_rule_rewards():
     )
     reward.close()
     assert rewards == [1.0, 0.0]
-    assert logged == {"judge/not_from_judge": 1.0, "judge_source": ["rule_fallback", "rule_fallback"]}
+    assert logged["judge/not_from_judge"] == 1.0 and logged["judge_source"] == ["rule_fallback", "rule_fallback"]
+    assert logged["judge/health_fallback_share"] == 1.0 and logged["judge/health_reward_mean"] == 0.5
 
 
 def test_a_missing_reference_column_is_named():

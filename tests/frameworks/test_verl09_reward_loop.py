@@ -17,6 +17,7 @@ import torch
 import verl
 
 from judge_rewards.reward_config import JudgeRewardConfig
+from judge_rewards.reward_health import figures_of
 from judge_rewards.verl_keys import ignored_reward_keys
 from tests.conftest import REPO_ROOT
 from tests.reward_adapter_servers import start_rule_server
@@ -24,7 +25,8 @@ from tests.reward_adapter_servers import start_rule_server
 pytestmark = pytest.mark.e2e
 
 SAMPLES = 48
-EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"}
+HEALTH_KEYS = set(figures_of([]))
+EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"} | HEALTH_KEYS
 COOKBOOK = REPO_ROOT / "cookbooks" / "rl_with_judge_reward" / "README.md"
 KWARGS = "+reward.custom_reward_function.reward_kwargs."
 
@@ -152,7 +154,19 @@ def test_many_samples_at_once_are_judged_in_batches_without_a_thread_each(
     assert {output["reward_extra_info"]["source"] for output in outputs} == {"judge"}
     (system,) = adapters_of(manager).values()
     assert system.get_metrics()["mean_batch_size"] > 2  # the samples were in flight together
+    assert_health_reaches_validation_metrics([output["reward_extra_info"] for output in outputs])
     assert not [t.name for t in threading.enumerate() if t.name.startswith("JudgeReward-batch")]
+
+
+def assert_health_reaches_validation_metrics(extras: list[dict]) -> None:
+    """verl 0.9's trainer logs reward extra info through validation: its own code turns the samples' extra info
+    into val-aux metrics (the figures a sample carries are those of at most 32 rewards before it)."""
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    infos = {key: [extra[key] for extra in extras] for key in HEALTH_KEYS}
+    metrics = process_validation_metrics(["judge_policy"] * len(extras), [str(i) for i in range(len(extras))], infos)
+    assert set(metrics["judge_policy"]) == HEALTH_KEYS
+    assert extras[-1]["health_window"] >= 32 and extras[-1]["health_judge_rule_agreement"] == 1.0
 
 
 def test_the_keyword_arguments_verl_adds_itself_are_not_taken_for_adapter_settings(rule_judge_server, tiny_tokenizer):

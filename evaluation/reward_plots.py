@@ -1,0 +1,157 @@
+"""Pictures of a policy run's rewards from verl's rollout dumps: `python -m evaluation.reward_plots DIR --out OUT`.
+
+DIR is verl's `trainer.rollout_data_dir` or `trainer.validation_data_dir`: one `<step>.jsonl` per step, each row
+{input, output, gts, score, step, ...reward extra info} (verl 0.6.1's `RayPPOTrainer._dump_generations`). It
+writes three PNGs into OUT:
+
+    reward_histogram.png   the reward distribution of each step (one line per step)
+    reward_vs_length.png   each answer's reward against its length in characters, coloured by step
+    judge_vs_rules.png     per step, the judge's mean reward and the rule scorer's accuracy against the reference
+                           answers (`gts`, judge_rewards.rules; rows without a reference the rules can score are
+                           left out and counted); from validation_data_dir, the held-out curves
+
+matplotlib comes with the `eval` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+
+from judge_rewards import rules
+from judge_rewards.settings import REQUIRED, option, parse_configs
+
+HISTOGRAM_BINS = 10
+OUTPUTS = ("reward_histogram.png", "reward_vs_length.png", "judge_vs_rules.png")
+
+
+@dataclasses.dataclass
+class RewardPlotsConfig:
+    rollout_dir: str = option(
+        REQUIRED, "verl's rollout_data_dir or validation_data_dir (<step>.jsonl files)", positional=True
+    )
+    out: str = option("reward_plots", "folder the PNGs are written to")
+
+
+@dataclasses.dataclass
+class Row:
+    step: int
+    reward: float
+    length: int
+    rule_score: float | None  # None: no reference the rules can score
+
+
+def read_rollouts(directory: Path) -> list[Row]:
+    """Every row of the directory's `<step>.jsonl` files; a row without `output` or `score` is an error naming it."""
+    files = sorted(directory.glob("*.jsonl"), key=lambda path: (not path.stem.isdigit(), path.stem.zfill(12)))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no <step>.jsonl files (verl's rollout_data_dir / validation_data_dir)")
+    rows = []
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip():
+                rows.append(_row(json.loads(line), path, number))
+    return rows
+
+
+def _row(record: dict, path: Path, number: int) -> Row:
+    missing = [key for key in ("output", "score") if key not in record]
+    if missing:
+        raise ValueError(f"{path}:{number}: the row has no {missing} (is this a verl rollout dump?)")
+    step = record.get("step", path.stem)
+    return Row(
+        int(step), float(record["score"]), len(record["output"]), _rule_score(record["output"], record.get("gts"))
+    )
+
+
+def _rule_score(output: str, reference) -> float | None:
+    if reference is None or reference == "":
+        return None
+    try:
+        return rules.score_answer(output, str(reference)).score
+    except ValueError:
+        return None
+
+
+def per_step(rows: list[Row]) -> dict[int, list[Row]]:
+    steps: dict[int, list[Row]] = {}
+    for row in rows:
+        steps.setdefault(row.step, []).append(row)
+    return dict(sorted(steps.items()))
+
+
+def draw(rows: list[Row], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    steps = per_step(rows)
+    colours = plt.get_cmap("viridis")
+    shade = {step: colours(i / max(1, len(steps) - 1)) for i, step in enumerate(steps)}
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for step, members in steps.items():
+        axes.hist(
+            [r.reward for r in members],
+            bins=HISTOGRAM_BINS,
+            range=(0, 1),
+            histtype="step",
+            color=shade[step],
+            label=f"step {step}",
+        )
+    axes.set(xlabel="reward", ylabel="answers", title="Reward distribution per step")
+    axes.legend(fontsize="small")
+    _save(figure, out / OUTPUTS[0])
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for step, members in steps.items():
+        axes.scatter(
+            [r.length for r in members], [r.reward for r in members], s=10, color=shade[step], label=f"step {step}"
+        )
+    axes.set(xlabel="answer length (characters)", ylabel="reward", title="Reward against answer length")
+    axes.legend(fontsize="small")
+    _save(figure, out / OUTPUTS[1])
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    numbers = list(steps)
+    axes.plot(
+        numbers, [statistics.fmean(r.reward for r in steps[s]) for s in numbers], marker="o", label="judge: mean reward"
+    )
+    axes.plot(numbers, [_rule_accuracy(steps[s]) for s in numbers], marker="s", label="rules: accuracy")
+    checked = sum(r.rule_score is not None for r in rows)
+    axes.set(xlabel="step", ylim=(0, 1), title=f"Judge against rules ({checked}/{len(rows)} answers rule-checkable)")
+    axes.legend(fontsize="small")
+    _save(figure, out / OUTPUTS[2])
+    return [out / name for name in OUTPUTS]
+
+
+def _rule_accuracy(members: list[Row]) -> float:
+    scores = [r.rule_score for r in members if r.rule_score is not None]
+    return statistics.fmean(scores) if scores else math.nan
+
+
+def _save(figure, path: Path) -> None:
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = parse_configs("python -m evaluation.reward_plots", __doc__, [RewardPlotsConfig], argv)
+    try:
+        rows = read_rollouts(Path(config.rollout_dir))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"reward_plots: {err}") from None
+    for path in draw(rows, Path(config.out)):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Reward health (judge_rewards.reward_health): the figures over a window of rewards, their warnings, and a planted
+hack caught end to end: a served stand-in judge that favours long answers, scored through the real adapter."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from judge_rewards.reward_health import Observation, figures_of, spearman
+from tests.reward_adapter_servers import FaultyJudgeServer, make_system, start_rule_server
+
+QUESTIONS = 8
+GROUP = 4
+STEPS = 4
+FILLER = " Let me explain this carefully once more."
+
+
+def test_spearman_ranks_ties_and_refuses_constant_sides():
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3, 4], [1, 0, 0, 1]) == pytest.approx(0.0)
+    assert spearman([5, 5, 5], [1, 2, 3]) is None
+
+
+def test_figures_of_a_window():
+    window = [Observation("a", r, 10 * i, False, 1.0) for i, r in enumerate([0.05, 0.35, 0.65, 0.95])]
+    window += [Observation("b", 0.5, 10 * i, i == 0, None) for i in range(4)]
+    figures = figures_of(window)
+    assert figures["health_window"] == 8
+    assert figures["health_reward_mean"] == pytest.approx(0.5)
+    assert [figures[f"health_reward_hist_{k}"] for k in (0, 3, 5, 6, 9)] == [0.125, 0.125, 0.5, 0.125, 0.125]
+    assert figures["health_tied_group_share"] == 0.5  # group b ties: no GRPO advantage
+    assert figures["health_length_rank_corr"] == pytest.approx(1.0)  # group b does not vary: left out
+    assert figures["health_judge_rule_agreement"] == 0.5 and figures["health_rule_accuracy"] == 1.0
+    assert figures["health_fallback_share"] == 0.125
+
+
+def test_an_empty_window_says_nothing_rather_than_zero():
+    assert all(math.isnan(value) for name, value in figures_of([]).items() if name != "health_window")
+
+
+class LengthLovingJudge(FaultyJudgeServer):
+    """A stand-in judge that scores an answer by its length alone (100 characters: 0.0; 700 or more: 1.0)."""
+
+    def _answer(self, mode, requests):
+        responses = [
+            {"request_id": r["request_id"], "score": min(1.0, max(0.0, (len(r["completion"]) - 100) / 600))}
+            for r in requests
+        ]
+        return 200, json.dumps({"responses": responses}).encode(), {}
+
+
+def rollouts(step: int) -> list[dict]:
+    """A step of GRPO groups from a policy that learns to pad: answers grow longer each step, and within each group
+    longer answers are no likelier right (right, wrong, wrong, right from shortest to longest), so rule accuracy
+    stays at 0.5 while length rises."""
+    items = []
+    for q in range(QUESTIONS):
+        for g in range(GROUP):
+            right = g in (0, GROUP - 1)
+            padding = FILLER * (2 + 2 * step + g)
+            items.append(
+                {
+                    "prompt": f"What is {q} + 1?",
+                    "completion": f"The answer is \\boxed{{{q + 1 if right else q + 2}}}.{padding}",
+                    "answer": str(q + 1),
+                    "answer_type": "NUMBER",
+                }
+            )
+    return items
+
+
+def run_steps(system) -> list[dict]:
+    """The health figures after each step's rewards (the window holds the last step only)."""
+    per_step = []
+    for step in range(STEPS):
+        system.reward_batch(rollouts(step))
+        per_step.append(system.health_figures())
+    return per_step
+
+
+HEALTH = {"health_window": QUESTIONS * GROUP, "health_warn_after": QUESTIONS * GROUP, "use_cache": False}
+
+
+@pytest.mark.e2e
+def test_a_judge_that_favours_length_is_caught(caplog):
+    judge = LengthLovingJudge()
+    system = make_system(judge.url, **HEALTH)
+    with caplog.at_level(logging.WARNING, logger="JudgeReward"):
+        per_step = run_steps(system)
+    system.close()
+    judge.close()
+    means = [figures["health_reward_mean"] for figures in per_step]
+    assert means == sorted(means) and means[-1] > means[0] + 0.3  # the judge's reward rises
+    assert {figures["health_rule_accuracy"] for figures in per_step} == {0.5}  # the verifiable check does not
+    assert all(figures["health_length_rank_corr"] == pytest.approx(1.0) for figures in per_step)
+    assert any("rank correlation of reward with answer length" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.e2e
+def test_an_honest_judge_does_not_fire_the_length_warning(caplog, tmp_path):
+    server = start_rule_server(tmp_path / "rule.log")
+    try:
+        system = make_system(server.url, **HEALTH)
+        with caplog.at_level(logging.WARNING, logger="JudgeReward"):
+            per_step = run_steps(system)
+        system.close()
+    finally:
+        server.stop()
+    assert all(figures["health_length_rank_corr"] == pytest.approx(0.0) for figures in per_step)
+    assert all(figures["health_judge_rule_agreement"] == 1.0 for figures in per_step)
+    assert all(figures["health_fallback_share"] == 0.0 for figures in per_step)
+    assert not any("reward health" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.e2e
+def test_a_dead_judge_fires_the_fallback_warning(caplog):
+    from tests.support.servers import free_port
+
+    system = make_system(f"http://127.0.0.1:{free_port()}", max_retries=0, **HEALTH)
+    with caplog.at_level(logging.WARNING, logger="JudgeReward"):
+        system.reward_batch(rollouts(0))
+        figures = system.get_metrics()["reward_health"]
+    system.close()
+    assert figures["health_fallback_share"] == 1.0
+    assert any("came from the rule fallback" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,57 @@
+"""evaluation.reward_plots: verl 0.6.1's own rollout dumps (RayPPOTrainer._dump_generations) turned into PNGs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from evaluation.reward_plots import OUTPUTS, per_step, read_rollouts
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def dump_steps(directory) -> None:
+    """Two steps of rollouts in verl 0.6.1's own format: step 1 short and half right, step 2 long and half right."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    for step, padding in ((1, ""), (2, " and so on" * 20)):
+        outputs = [f"The answer is \\boxed{{{n}}}{padding}" for n in (4, 5, 4, 5)]
+        scores = [0.2, 0.1, 0.3, 0.2] if step == 1 else [0.9, 0.8, 1.0, 0.9]
+        trainer = SimpleNamespace(global_steps=step)
+        extra = {"source": ["judge"] * 4}
+        RayPPOTrainer._dump_generations(
+            trainer, ["What is 2+2?"] * 4, outputs, ["4"] * 4, scores, extra, str(directory)
+        )
+
+
+def test_rollout_dumps_become_pictures(tmp_path):
+    dump_steps(tmp_path / "rollouts")
+    rows = read_rollouts(tmp_path / "rollouts")
+    steps = per_step(rows)
+    assert list(steps) == [1, 2]
+    assert [r.rule_score for r in steps[2]] == [1.0, 0.0, 1.0, 0.0]  # the rules read the reference answer
+    assert steps[2][0].length > steps[1][0].length
+    command = [
+        sys.executable,
+        "-m",
+        "evaluation.reward_plots",
+        str(tmp_path / "rollouts"),
+        "--out",
+        str(tmp_path / "png"),
+    ]
+    subprocess.run(command, check=True, cwd=REPO_ROOT)
+    for name in OUTPUTS:
+        assert (tmp_path / "png" / name).read_bytes().startswith(PNG)
+
+
+def test_a_row_that_is_not_a_rollout_is_named(tmp_path):
+    (tmp_path / "3.jsonl").write_text('{"output": "4", "score": 1.0}\n{"input": "q"}\n')
+    command = [sys.executable, "-m", "evaluation.reward_plots", str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode != 0 and "3.jsonl:2: the row has no ['output', 'score']" in result.stderr
