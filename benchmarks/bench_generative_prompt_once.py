@@ -97,12 +97,18 @@ def answer_key(answer: dict) -> tuple:
     )
 
 
+def generated_tokens(answer: dict) -> int:
+    """Tokens a judgement generated: a pairwise judge reports one count per order of the two responses."""
+    tokens = answer["metadata"]["generated_tokens"]
+    return sum(tokens) if isinstance(tokens, list) else tokens
+
+
 def run_figures(answers: list[dict], reference: list[dict]) -> dict:
     """A run's answers: mean generated tokens, the share that parsed, and their agreement with the reference's."""
     scores = [(a["score"], b["score"]) for a, b in zip(answers, reference, strict=True)]
     both = [abs(a - b) for a, b in scores if a is not None and b is not None]
     return {
-        "mean_generated_tokens": round(sum(a["metadata"]["generated_tokens"] for a in answers) / len(answers), 1),
+        "mean_generated_tokens": round(sum(generated_tokens(a) for a in answers) / len(answers), 1),
         "parsed_share": round(sum(a["score"] is not None for a in answers) / len(answers), 3),
         "answers_differing_from_reference": sum(
             answer_key(a) != answer_key(b) for a, b in zip(answers, reference, strict=True)

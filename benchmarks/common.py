@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def command_line() -> str:
     """The command that is running, as a user would type it (`python -m benchmarks.<name> ...`)."""
     main_spec = getattr(sys.modules["__main__"], "__spec__", None)
     program = f"python -m {main_spec.name}" if main_spec else f"python {sys.argv[0]}"
-    return " ".join([program, *sys.argv[1:]])
+    return " ".join([program, shlex.join(sys.argv[1:])]).rstrip()
 
 
 def write_results(name: str, results: dict, markdown: str, out_dir: Path = RESULTS_DIR) -> tuple[Path, Path]:

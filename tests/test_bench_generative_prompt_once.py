@@ -55,3 +55,8 @@ def test_answers_that_differ_are_counted():
         "answers_differing_from_reference": 1,
         "max_score_difference_from_reference": 0.25,
     }
+
+
+def test_a_pairwise_judgement_counts_the_tokens_of_both_orders():
+    answer = {"score": 0.5, "error": None, "explanation": "", "metadata": {"generated_tokens": [64, 60]}}
+    assert bench.run_figures([answer], [answer])["mean_generated_tokens"] == 124
