@@ -1,5 +1,5 @@
-"""The HTTP API (FastAPI): /judge, /batch_judge, /compare, /batch_compare, /health, /metrics, with optional
-bearer-key auth and request limits. The same app serves the standalone server and each Ray Serve replica."""
+"""The HTTP API (FastAPI): /judge, /batch_judge, /compare, /batch_compare, /judge_group, /health, /metrics, with
+optional bearer-key auth and request limits. The same app serves the standalone server and each Ray Serve replica."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .batching import BatcherStopped, QueueFull
 from .config import ServingConfig
+from .group_rewards import group_rewards, pair_schedule, position_consistency
 from .judges import ComparisonItem, JudgeIdentity, JudgeItem, Verdict
 from .metrics import ServerMetrics
 from .schemas import (
@@ -27,6 +28,9 @@ from .schemas import (
     BatchJudgeResponse,
     CompareRequest,
     CompareResponse,
+    GroupJudgeRequest,
+    GroupJudgeResponse,
+    GroupReward,
     HealthResponse,
     JudgeRequest,
     JudgeResponse,
@@ -194,6 +198,44 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
             responses=await answer(http_request, batch.requests, service.compare, CompareResponse)
         )
 
+    @app.post(
+        "/judge_group",
+        response_model=GroupJudgeResponse,
+        summary="Reward each completion of a group (one prompt, N completions) by its mean win probability "
+        f"against its siblings (needs {COMPARING_JUDGES}); a completion with failed comparisons says so",
+    )
+    async def judge_group(request: GroupJudgeRequest, http_request: Request) -> GroupJudgeResponse:
+        check_can_compare("/judge_group")
+        size = len(request.completions)
+        if size > config.max_group_size:
+            raise HTTPException(413, f"{size} completions in one group; the limit is {config.max_group_size}")
+        refusal = _text_size_error(request, config.max_text_chars)
+        if refusal is not None:
+            raise HTTPException(413, refusal)
+        try:
+            pairs = pair_schedule(size, request.schedule, request.k, request.seed)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from err
+        started = time.perf_counter()
+        try:
+            verdicts = await _unless_client_leaves(http_request, service.compare(request.comparisons(pairs)))
+        except (QueueFull, BatcherStopped) as err:
+            raise HTTPException(503, str(err)) from err
+        metrics.count_verdicts(verdicts, comparisons=True)
+        rewards = group_rewards(size, pairs, verdicts)
+        return GroupJudgeResponse(
+            request_id=request.request_id if request.request_id is not None else uuid.uuid4().hex,
+            rewards=[GroupReward(**vars(reward)) for reward in rewards],
+            schedule=request.schedule,
+            comparisons_run=len(pairs),
+            metadata={
+                "latency": time.perf_counter() - started,
+                "judge": service.identity.kind,
+                "model_id": service.identity.model_id,
+                "position_consistency": position_consistency(verdicts),
+            },
+        )
+
     @app.get("/health", response_model=HealthResponse, summary="Model, judge kind and queue state (no auth)")
     async def health() -> HealthResponse:
         identity = service.identity
@@ -240,7 +282,7 @@ def _has_key(request: Request, api_key: str) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
 
 
-def _text_size_error(request: JudgeRequest | CompareRequest, max_chars: int) -> str | None:
+def _text_size_error(request: JudgeRequest | CompareRequest | GroupJudgeRequest, max_chars: int) -> str | None:
     for name, text in request.texts().items():
         if len(text) > max_chars:
             return f"{name} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"

@@ -153,6 +153,9 @@ class ServingConfig:
     no_batching: bool = option(False, "one judgement per model call (as --max-batch-size 1), e.g. for benchmarks")
     max_queue_size: int = option(4096, "most judgements waiting or running; past it requests get 503")
     max_batch_requests: int = option(1024, "most requests in one /batch_judge call")
+    max_group_size: int = option(
+        64, "most completions in one /judge_group request (all_pairs compares N(N-1)/2 pairs: 2016 at 64)"
+    )
     max_text_chars: int = option(
         200_000, "longest prompt, completion, message content or answer in characters; a longer one is an item error"
     )
@@ -169,7 +172,7 @@ class ServingConfig:
             self.max_batch_size = 1
         require(self.max_batch_size > 0, "max_batch_size must be positive")
         require(self.batch_timeout >= 0, "batch_timeout must be >= 0")
-        for name in ("max_queue_size", "max_batch_requests", "max_text_chars", "max_body_bytes"):
+        for name in ("max_queue_size", "max_batch_requests", "max_group_size", "max_text_chars", "max_body_bytes"):
             require(getattr(self, name) > 0, f"{name} must be positive")
 
 

@@ -173,6 +173,48 @@ class BatchCompareResponse(BaseModel):
     responses: list[CompareResponse] = Field(description="one per request, in request order, each with its request_id")
 
 
+class GroupJudgeRequest(BaseModel):
+    prompt: Prompt = Field(description="the user prompt, or the conversation before the completions as chat messages")
+    completions: list[Text] = Field(min_length=2, description="the group's completions of this prompt (2 or more)")
+    schedule: Literal["all_pairs", "k_random"] = Field(
+        "all_pairs",
+        description="all_pairs: every pair once, N(N-1)/2 comparisons; k_random: each completion against k "
+        "random siblings, N*k/2 to N*k comparisons",
+    )
+    k: int | None = Field(None, ge=1, description="k_random: siblings each completion meets (1 to N-1)")
+    seed: int = Field(0, description="k_random: seed of the draw")
+    request_id: RequestIdText = _request_id_field()
+
+    def texts(self) -> dict[str, str]:
+        """Every free text of the request, named for error messages."""
+        return {**{f"completions[{i}]": c for i, c in enumerate(self.completions)}, **_named_prompt(self.prompt)}
+
+    def comparisons(self, pairs: list[tuple[int, int]]) -> list[ComparisonItem]:
+        prompt = _prompt_value(self.prompt)
+        return [ComparisonItem(prompt, self.completions[i], self.completions[j]) for i, j in pairs]
+
+
+class GroupReward(BaseModel):
+    score: float | None = Field(
+        description="mean win probability against the siblings it was compared with, over the comparisons that "
+        "answered; null when none answered (see error)"
+    )
+    comparisons: int = Field(description="comparisons of this completion that answered")
+    failed: int = Field(description="comparisons of this completion that failed")
+    error: str | None = Field(None, description="what failed; null when every comparison answered")
+
+
+class GroupJudgeResponse(BaseModel):
+    request_id: str
+    rewards: list[GroupReward] = Field(description="one per completion, in order")
+    schedule: str
+    comparisons_run: int = Field(description="comparisons judged (a pairwise judge judges each in both orders)")
+    metadata: dict[str, Any] = Field(
+        description="latency (seconds, queue + model), judge, model_id, and position_consistency (pairwise "
+        "judges: share of answered comparisons whose two orders chose the same response)"
+    )
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok"]
     model_loaded: bool

@@ -1,0 +1,87 @@
+"""Group-relative rewards from a judge that compares: each completion of a GRPO group rewarded by how it fares
+against its siblings (POST /judge_group).
+
+A comparison (i, j) is one /compare verdict: p = the probability that completion i is better than j. Completion
+i earns p and j earns 1 - p; a completion's reward is its mean over the comparisons that answered. The pairwise
+generative judge judges every comparison in both orders (A/B swapped) and averages them, so a position
+preference cancels, and a scalar judge's comparison, sigmoid(r_i - r_j), has no order: one comparison per pair
+is enough for both. Schedules and their cost, for N completions:
+- all_pairs: every pair once, N(N-1)/2 comparisons (N-1 per completion): 28 at N = 8, 120 at N = 16;
+- k_random: each completion meets k siblings drawn at random (seeded), the pairs drawn by two completions
+  counted once: between N*k/2 and N*k comparisons, at least k per completion.
+A failed comparison counts against neither completion: it is reported in both completions' `failed` and `error`,
+and their rewards come from the comparisons that answered; a completion none of whose comparisons answered has
+no reward (score null), never a made-up 0.5.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .judges.base import Verdict
+
+SCHEDULES = ("all_pairs", "k_random")
+
+
+@dataclass(frozen=True)
+class CompletionReward:
+    score: float | None  # mean win probability over the comparisons that answered; None when none did
+    comparisons: int  # comparisons of this completion that answered
+    failed: int  # comparisons of this completion that failed
+    error: str | None  # what failed, when anything did
+
+
+def pair_schedule(size: int, schedule: str, k: int | None = None, seed: int = 0) -> list[tuple[int, int]]:
+    """The pairs (i, j), i < j, of a group of `size` completions that the schedule compares."""
+    if schedule == "all_pairs":
+        return [(i, j) for i in range(size) for j in range(i + 1, size)]
+    if schedule != "k_random":
+        raise ValueError(f"unknown schedule {schedule!r}; one of {SCHEDULES}")
+    if k is None or not 1 <= k < size:
+        raise ValueError(f"k_random needs k between 1 and the group size - 1 ({size - 1}); got {k}")
+    rng = random.Random(seed)
+    pairs: set[tuple[int, int]] = set()
+    for i in range(size):
+        for j in rng.sample([j for j in range(size) if j != i], k):
+            pairs.add((min(i, j), max(i, j)))
+    return sorted(pairs)
+
+
+def group_rewards(size: int, pairs: Sequence[tuple[int, int]], verdicts: Sequence[Verdict]) -> list[CompletionReward]:
+    """Each completion's reward from the verdicts of `pairs` (score: P(first of the pair is better))."""
+    wins, answered = [0.0] * size, [0] * size
+    failures: list[list[str]] = [[] for _ in range(size)]
+    for (i, j), verdict in zip(pairs, verdicts, strict=True):
+        if verdict.score is None:
+            for own, other in ((i, j), (j, i)):
+                failures[own].append(f"against completion {other}: {verdict.error}")
+            continue
+        wins[i] += verdict.score
+        wins[j] += 1.0 - verdict.score
+        answered[i] += 1
+        answered[j] += 1
+    return [
+        CompletionReward(
+            score=wins[i] / answered[i] if answered[i] else None,
+            comparisons=answered[i],
+            failed=len(failures[i]),
+            error=_failure_summary(failures[i], answered[i]),
+        )
+        for i in range(size)
+    ]
+
+
+def position_consistency(verdicts: Sequence[Verdict]) -> float | None:
+    """The share of answered comparisons whose two orders chose the same response (pairwise generative judges,
+    which report `orders_agree`); None when no verdict reports it."""
+    agreements = [v.metadata["orders_agree"] for v in verdicts if v.score is not None and "orders_agree" in v.metadata]
+    return sum(agreements) / len(agreements) if agreements else None
+
+
+def _failure_summary(failures: list[str], answered: int) -> str | None:
+    if not failures:
+        return None
+    basis = f"the reward is the mean of the {answered} that answered" if answered else "no reward"
+    return f"{len(failures)} of {len(failures) + answered} comparisons failed ({basis}): " + "; ".join(failures)

@@ -1,0 +1,151 @@
+"""POST /judge_group: group-relative rewards from a judge that compares. The schedules and the reward of planted
+verdicts (a judge that prefers the longer answer ranks by length; failures are counted, never a 0.5), then real
+servers: the scripted pairwise generative judge of test_serving_pairwise.py (a first-position judge gives every
+completion 0.5; a good answer outranks a bad one; a broken comparison is reported) and a tiny scalar judge, whose
+group rewards must be the mean of sigmoid(r_i - r_j) over its own raw rewards."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+
+from serving.group_rewards import group_rewards, pair_schedule, position_consistency
+from serving.judges import Verdict
+from tests.support.servers import start_server
+from tests.test_serving_pairwise import pairwise_judge_dir  # noqa: F401  (a module fixture used below)
+from tests.test_serving_scalar import assert_clean_shutdown
+
+PROMPT = "Which city is the capital of Kenya?"
+
+
+def test_all_pairs_compares_every_pair_once():
+    assert pair_schedule(4, "all_pairs") == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    assert len(pair_schedule(16, "all_pairs")) == 120
+
+
+def test_k_random_meets_k_siblings_at_least_and_costs_at_most_n_times_k():
+    pairs = pair_schedule(16, "k_random", k=3, seed=7)
+    assert pairs == pair_schedule(16, "k_random", k=3, seed=7)  # seeded
+    assert all(i < j for i, j in pairs) and len(set(pairs)) == len(pairs)
+    assert 16 * 3 // 2 <= len(pairs) <= 16 * 3
+    for completion in range(16):
+        assert sum(completion in pair for pair in pairs) >= 3
+    for bad_k in (None, 0, 16):
+        with pytest.raises(ValueError, match="k_random needs k"):
+            pair_schedule(16, "k_random", k=bad_k)
+
+
+def planted_verdicts(completions: list[str], pairs, prefers) -> list[Verdict]:
+    return [Verdict(prefers(completions[i], completions[j]), "", {}) for i, j in pairs]
+
+
+def test_a_judge_that_prefers_the_longer_answer_ranks_a_group_by_length():
+    completions = ["a medium answer", "short", "the longest answer of them all", "a bit longer answer"]
+    pairs = pair_schedule(len(completions), "all_pairs")
+    longer = planted_verdicts(completions, pairs, lambda a, b: float(len(a) > len(b)))
+    scores = [reward.score for reward in group_rewards(len(completions), pairs, longer)]
+    assert sorted(range(4), key=scores.__getitem__) == sorted(range(4), key=lambda i: len(completions[i]))
+    assert scores == [1 / 3, 0.0, 1.0, 2 / 3]
+
+
+def test_a_failed_comparison_is_reported_and_left_out_never_scored():
+    completions = ["x", "FAIL", "yy", "zzz"]
+    pairs = pair_schedule(4, "all_pairs")
+
+    def verdict(i, j):
+        if "FAIL" in (completions[i], completions[j]):
+            return Verdict.failed("unparsable answer")
+        return Verdict(float(len(completions[i]) > len(completions[j])), "", {})
+
+    rewards = group_rewards(4, pairs, [verdict(i, j) for i, j in pairs])
+    assert rewards[1].score is None and (rewards[1].comparisons, rewards[1].failed) == (0, 3)
+    assert "3 of 3 comparisons failed (no reward)" in rewards[1].error
+    assert [(r.score, r.comparisons, r.failed) for r in (rewards[0], rewards[2], rewards[3])] == [
+        (0.0, 2, 1),
+        (0.5, 2, 1),
+        (1.0, 2, 1),
+    ]
+    assert rewards[0].error == (
+        "1 of 3 comparisons failed (the reward is the mean of the 2 that answered): "
+        "against completion 1: unparsable answer"
+    )
+
+
+def test_position_consistency_counts_the_orders_that_agree():
+    verdicts = [Verdict(0.5, "", {"orders_agree": agree}) for agree in (True, False, False, True)]
+    assert position_consistency([*verdicts, Verdict.failed("x")]) == 0.5
+    assert position_consistency([Verdict(0.5, "", {})]) is None  # a scalar judge has no orders
+
+
+@pytest.fixture(scope="module")
+def pairwise_server(pairwise_judge_dir, tmp_path_factory):  # noqa: F811
+    log_path = tmp_path_factory.mktemp("group_pairwise_server") / "server.log"
+    running = start_server(
+        ["--model", str(pairwise_judge_dir), "--max-new-tokens", "8", "--max-group-size", "6"], log_path=log_path
+    )
+    yield running
+    assert_clean_shutdown(running)
+
+
+def judge_group(url: str, completions: list[str], **fields) -> httpx.Response:
+    return httpx.post(f"{url}/judge_group", json={"prompt": PROMPT, "completions": completions, **fields}, timeout=120)
+
+
+@pytest.mark.e2e
+def test_a_first_position_judge_gives_every_completion_the_same_reward(pairwise_server):
+    answer = judge_group(pairwise_server.url, [f"Nairobi {i} <first>" for i in range(4)], request_id="g1").json()
+    assert answer["request_id"] == "g1" and answer["comparisons_run"] == 6
+    for reward in answer["rewards"]:  # each comparison in both orders: 0.8 for A, then 0.2 for the first response
+        assert reward["score"] == pytest.approx(0.5) and (reward["comparisons"], reward["failed"]) == (3, 0)
+    assert answer["metadata"]["position_consistency"] == 0.0  # the two orders always chose different responses
+
+
+@pytest.mark.e2e
+def test_good_answers_outrank_bad_ones_and_a_broken_comparison_is_reported(pairwise_server):
+    completions = ["Nairobi <good>", "Lagos <bad>", "It is Nairobi <good>", "Cairo <bad>", "??? <broken>"]
+    rewards = judge_group(pairwise_server.url, completions).json()["rewards"]
+    # good vs bad: (0.9 + (1 - 0.3)) / 2 = 0.8; good vs good and bad vs bad: 0.5
+    for good in (0, 2):
+        assert rewards[good]["score"] == pytest.approx((0.5 + 0.8 + 0.8) / 3)
+    for bad in (1, 3):
+        assert rewards[bad]["score"] == pytest.approx((0.2 + 0.2 + 0.5) / 3)
+    for answered in rewards[:4]:
+        assert (answered["comparisons"], answered["failed"]) == (3, 1) and "against completion 4" in answered["error"]
+    assert rewards[4]["score"] is None and rewards[4]["failed"] == 4 and "no reward" in rewards[4]["error"]
+
+
+@pytest.mark.e2e
+def test_the_route_refuses_what_it_cannot_judge(pairwise_server):
+    too_many = judge_group(pairwise_server.url, ["a <first>"] * 7)
+    assert too_many.status_code == 413 and "limit is 6" in too_many.text
+    assert judge_group(pairwise_server.url, ["alone <first>"]).status_code == 422
+    bad_k = judge_group(pairwise_server.url, ["a <first>", "b <first>"], schedule="k_random", k=2)
+    assert bad_k.status_code == 422 and "k_random needs k between 1 and the group size - 1 (1)" in bad_k.text
+    k_random = judge_group(pairwise_server.url, [f"{i} <first>" for i in range(6)], schedule="k_random", k=1).json()
+    assert 3 <= k_random["comparisons_run"] <= 6 and all(r["comparisons"] >= 1 for r in k_random["rewards"])
+
+
+@pytest.mark.e2e
+def test_a_scalar_judges_group_rewards_are_its_mean_pairwise_win_probabilities(tiny_scalar_judge_dir, tmp_path):
+    completions = ["Nairobi.", "The capital of Kenya is Nairobi.", "Lagos, I think.", "", "Nairobi, in Kenya."]
+    with start_server(["--model", str(tiny_scalar_judge_dir)], log_path=tmp_path / "server.log") as server:
+        rewards = judge_group(server.url, completions).json()["rewards"]
+        singles = httpx.post(
+            f"{server.url}/batch_judge",
+            json={"requests": [{"prompt": PROMPT, "completion": c} for c in completions]},
+            timeout=60,
+        ).json()["responses"]
+    raw = [single["metadata"]["raw_reward"] for single in singles]
+    for i, reward in enumerate(rewards):
+        expected = sum(1 / (1 + math.exp(raw[j] - raw[i])) for j in range(5) if j != i) / 4
+        assert reward["score"] == pytest.approx(expected, abs=1e-4)
+    assert sorted(range(5), key=lambda i: rewards[i]["score"]) == sorted(range(5), key=raw.__getitem__)
+
+
+def test_a_judge_that_cannot_compare_refuses_groups(tmp_path):
+    with start_server(["--judge", "rule"], log_path=tmp_path / "server.log") as server:
+        answer = httpx.post(f"{server.url}/judge_group", json={"prompt": PROMPT, "completions": ["4", "5"]})
+    assert answer.status_code == 400
+    assert answer.json()["detail"] == "/judge_group needs a pairwise or scalar judge; this server hosts a rule judge"
