@@ -18,8 +18,9 @@ from fastapi.responses import JSONResponse, Response
 
 from .batching import BatcherStopped, QueueFull
 from .config import ServingConfig
-from .group_rewards import group_rewards, pair_schedule, position_consistency
+from .group_rewards import GroupGatherer, group_rewards, pair_schedule, position_consistency
 from .judges import ComparisonItem, JudgeIdentity, JudgeItem, Verdict
+from .judges.base import prompt_key
 from .metrics import ServerMetrics
 from .schemas import (
     BatchCompareRequest,
@@ -136,6 +137,49 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
                 400, f"{path} needs {COMPARING_JUDGES}; this server hosts a {service.identity.kind} judge"
             )
 
+    async def compare_group(prompt, completions: Sequence[str], pairs: Sequence[tuple[int, int]]) -> list[Verdict]:
+        verdicts = await service.compare([ComparisonItem(prompt, completions[i], completions[j]) for i, j in pairs])
+        metrics.count_verdicts(verdicts, comparisons=True)
+        return verdicts
+
+    async def all_pairs_rewards(prompt, completions: Sequence[str]):
+        pairs = pair_schedule(len(completions), "all_pairs")
+        return group_rewards(len(completions), pairs, await compare_group(prompt, completions, pairs))
+
+    gatherer = None
+    if config.openrlhf_group_size:
+        if not service.can_compare:
+            raise ValueError(
+                f"--openrlhf-group-size needs {COMPARING_JUDGES}; this server hosts a {service.identity.kind} judge"
+            )
+        gatherer = GroupGatherer(config.openrlhf_group_size, config.openrlhf_group_window_s, all_pairs_rewards)
+
+    async def gathered_openrlhf_rewards(requests: Sequence[JudgeRequest]) -> OpenRLHFRewardResponse:
+        """Each sample's reward from its prompt's group (--openrlhf-group-size), gathered across requests."""
+        items = [request.item() for request in requests]
+        outcomes = await asyncio.gather(
+            *(gatherer.reward(prompt_key(item.prompt), item.prompt, item.completion) for item in items),
+            return_exceptions=True,
+        )
+        unavailable = [o for o in outcomes if isinstance(o, (QueueFull, BatcherStopped))]
+        if unavailable:
+            raise HTTPException(503, str(unavailable[0]))
+        failures = [
+            f"sample {i}: {o if isinstance(o, BaseException) else o[0].error}"
+            for i, o in enumerate(outcomes)
+            if isinstance(o, BaseException) or o[0].score is None
+        ]
+        if failures:
+            log.warning("%s: no group reward: %s", OPENRLHF_PATH, "; ".join(failures))
+            raise HTTPException(500, failures)
+        scores = [reward.score for reward, _ in outcomes]
+        extra_logs = {
+            "group_size": [float(size) for _, size in outcomes],
+            "comparisons": [float(reward.comparisons) for reward, _ in outcomes],
+            "failed_comparisons": [float(reward.failed) for reward, _ in outcomes],
+        }
+        return OpenRLHFRewardResponse(rewards=scores, scores=scores, extra_logs=extra_logs)
+
     @app.post(
         "/judge",
         response_model=JudgeResponse,
@@ -167,6 +211,8 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         if refusals:
             log.warning("%s refused: %s", OPENRLHF_PATH, "; ".join(refusals))
             raise HTTPException(422, refusals)
+        if gatherer is not None:
+            return await gathered_openrlhf_rewards(requests)
         responses = await answer(http_request, requests, service.judge, JudgeResponse)
         failures = [f"sample {i}: {r.error}" for i, r in enumerate(responses) if r.score is None]
         if failures:
@@ -217,11 +263,11 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
         except ValueError as err:
             raise HTTPException(422, str(err)) from err
         started = time.perf_counter()
+        judging = compare_group(request.conversation(), request.completions, pairs)
         try:
-            verdicts = await _unless_client_leaves(http_request, service.compare(request.comparisons(pairs)))
+            verdicts = await _unless_client_leaves(http_request, judging)
         except (QueueFull, BatcherStopped) as err:
             raise HTTPException(503, str(err)) from err
-        metrics.count_verdicts(verdicts, comparisons=True)
         rewards = group_rewards(size, pairs, verdicts)
         return GroupJudgeResponse(
             request_id=request.request_id if request.request_id is not None else uuid.uuid4().hex,

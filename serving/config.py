@@ -156,6 +156,16 @@ class ServingConfig:
     max_group_size: int = option(
         64, "most completions in one /judge_group request (all_pairs compares N(N-1)/2 pairs: 2016 at 64)"
     )
+    openrlhf_group_size: int = option(
+        0,
+        "/openrlhf/reward with a judge that compares: 0 = each sample judged alone; N >= 2 = samples gathered by "
+        "prompt into groups of N (OpenRLHF's --n_samples_per_prompt) and rewarded as /judge_group's all_pairs",
+    )
+    openrlhf_group_window_s: float = option(
+        2.0,
+        "with --openrlhf-group-size: most seconds a prompt's first sample waits for its siblings; a group cut "
+        "short is scored from what arrived (extra_logs group_size), a sample left alone fails",
+    )
     max_text_chars: int = option(
         200_000, "longest prompt, completion, message content or answer in characters; a longer one is an item error"
     )
@@ -172,6 +182,8 @@ class ServingConfig:
             self.max_batch_size = 1
         require(self.max_batch_size > 0, "max_batch_size must be positive")
         require(self.batch_timeout >= 0, "batch_timeout must be >= 0")
+        require(self.openrlhf_group_size == 0 or self.openrlhf_group_size >= 2, "openrlhf_group_size: 0 or >= 2")
+        require(self.openrlhf_group_window_s > 0, "openrlhf_group_window_s must be positive")
         for name in ("max_queue_size", "max_batch_requests", "max_group_size", "max_text_chars", "max_body_bytes"):
             require(getattr(self, name) > 0, f"{name} must be positive")
 

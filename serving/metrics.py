@@ -8,7 +8,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from .judges import Verdict
 
-ROUTES = ("/judge", "/batch_judge", "/compare", "/batch_compare", "/health", "/metrics")
+ROUTES = (
+    "/judge",
+    "/batch_judge",
+    "/compare",
+    "/batch_compare",
+    "/judge_group",
+    "/openrlhf/reward",
+    "/health",
+    "/metrics",
+)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -189,9 +189,9 @@ class GroupJudgeRequest(BaseModel):
         """Every free text of the request, named for error messages."""
         return {**{f"completions[{i}]": c for i, c in enumerate(self.completions)}, **_named_prompt(self.prompt)}
 
-    def comparisons(self, pairs: list[tuple[int, int]]) -> list[ComparisonItem]:
-        prompt = _prompt_value(self.prompt)
-        return [ComparisonItem(prompt, self.completions[i], self.completions[j]) for i, j in pairs]
+    def conversation(self):
+        """The prompt as the judges take it (text, or chat messages as dicts)."""
+        return _prompt_value(self.prompt)
 
 
 class GroupReward(BaseModel):

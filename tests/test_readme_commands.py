@@ -225,6 +225,7 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
     ("serving/README.md", "$ curl -s localhost:8888/batch_judge"): Run(judge="rule", responses="values"),
     ("serving/README.md", "$ curl -s localhost:8888/compare"): Run(judge="scalar", responses="keys"),
+    ("serving/README.md", "$ curl -s localhost:8888/judge_group"): Run(judge="scalar", responses="keys"),
     ("serving/README.md", "$ curl -s localhost:8888/health"): Run(judge="scalar", responses="keys"),
 }
 

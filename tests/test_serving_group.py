@@ -6,6 +6,7 @@ group rewards must be the mean of sigmoid(r_i - r_j) over its own raw rewards.""
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 
 import httpx
@@ -90,7 +91,8 @@ def pairwise_server(pairwise_judge_dir, tmp_path_factory):  # noqa: F811
 
 
 def judge_group(url: str, completions: list[str], **fields) -> httpx.Response:
-    return httpx.post(f"{url}/judge_group", json={"prompt": PROMPT, "completions": completions, **fields}, timeout=120)
+    body = {"prompt": PROMPT, "completions": completions, **fields}
+    return httpx.post(f"{url}/judge_group", json=body, timeout=120)
 
 
 @pytest.mark.e2e
@@ -149,3 +151,61 @@ def test_a_judge_that_cannot_compare_refuses_groups(tmp_path):
         answer = httpx.post(f"{server.url}/judge_group", json={"prompt": PROMPT, "completions": ["4", "5"]})
     assert answer.status_code == 400
     assert answer.json()["detail"] == "/judge_group needs a pairwise or scalar judge; this server hosts a rule judge"
+
+
+# --- OpenRLHF: one-sample requests gathered into groups by prompt (--openrlhf-group-size) ---------------------
+
+CHATML = "<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+QUESTIONS = ("What is the capital of Kenya?", "What is 2+2?")
+ANSWERS = ("Nairobi.", "It is Nairobi, in Kenya.", "Lagos", "I do not know, sorry.")
+
+
+def openrlhf_sample(question: str, answer: str) -> dict:
+    prompt = CHATML.format(question=question)
+    return {"query": [prompt + answer + "<|im_end|>"], "prompts": [prompt]}
+
+
+def post_concurrently(url: str, bodies: list[dict]) -> list[httpx.Response]:
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(lambda body: httpx.post(f"{url}/openrlhf/reward", json=body, timeout=120), bodies))
+
+
+@pytest.fixture(scope="module")
+def gathering_server(tiny_scalar_judge_dir, tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("gathering_server") / "server.log"
+    flags = ["--model", str(tiny_scalar_judge_dir), "--openrlhf-group-size", "4", "--openrlhf-group-window-s", "3"]
+    running = start_server(flags, log_path=log_path)
+    yield running
+    assert_clean_shutdown(running)
+
+
+@pytest.mark.e2e
+def test_one_sample_requests_are_rewarded_as_their_prompts_groups(gathering_server):
+    samples = [(question, answer) for answer in ANSWERS for question in QUESTIONS]  # the two groups interleaved
+    answers = post_concurrently(gathering_server.url, [openrlhf_sample(q, a) for q, a in samples])
+    assert all(answer.status_code == 200 for answer in answers), [answer.text for answer in answers]
+    for question in QUESTIONS:
+        group = judge_group(gathering_server.url, list(ANSWERS), prompt=[{"role": "user", "content": question}])
+        expected = [reward["score"] for reward in group.json()["rewards"]]
+        got = [answer.json() for (q, _), answer in zip(samples, answers, strict=True) if q == question]
+        assert [g["rewards"][0] for g in got] == pytest.approx(expected, abs=1e-4)
+        assert all(
+            g["extra_logs"] == {"group_size": [4.0], "comparisons": [3.0], "failed_comparisons": [0.0]} for g in got
+        )
+
+
+@pytest.mark.e2e
+def test_a_group_cut_short_by_the_window_is_scored_from_what_arrived_and_a_lone_sample_fails(gathering_server):
+    short = post_concurrently(gathering_server.url, [openrlhf_sample("Name a prime.", a) for a in ("2", "3", "4")])
+    assert [answer.json()["extra_logs"]["group_size"] for answer in short] == [[3.0]] * 3
+    lone = httpx.post(f"{gathering_server.url}/openrlhf/reward", json=openrlhf_sample("Alone?", "Yes."), timeout=60)
+    assert lone.status_code == 500 and "no sibling of this prompt arrived within 3.0s" in lone.text
+
+
+def test_gathering_needs_a_judge_that_compares():
+    from serving.config import JudgeConfig, ServingConfig
+    from serving.judges import load_judge
+    from serving.server import build_local_app
+
+    with pytest.raises(ValueError, match="--openrlhf-group-size needs a pairwise or scalar judge"):
+        build_local_app(load_judge(JudgeConfig(judge="rule")), ServingConfig(openrlhf_group_size=4))
