@@ -318,8 +318,9 @@ def test_the_group_relative_mode_reaches_verls_reward_settings(
 
 @pytest.fixture(scope="module")
 def first_position_pairwise_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """A tiny pairwise generative judge (a real Llama causal LM) that reads nothing of the comparison and always
-    answers A with probability 0.8: every pair in both orders then pays each completion a mean of exactly 0.5."""
+    """A tiny pairwise generative judge (a real Llama causal LM) whose chat template ends every comparison with
+    <first>, so that it always answers A with probability 0.8: every pair in both orders then pays each
+    completion a mean of exactly 0.5 (the position cancels)."""
     from tests.test_serving_generative import EOS, build_script_judge
 
     script = {
@@ -329,9 +330,11 @@ def first_position_pairwise_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
         "B": "</better>",
         "</better>": EOS,
     }
+    template = "{{ messages[0]['content'].split('## Response A\\n')[1].split('\\n\\n')[0] }}<first>"
     out_dir = tmp_path_factory.mktemp("first_position_judge")
+    # min_hidden_size 8: attention heads of an even width (rotary embeddings)
     return build_script_judge(
-        tiny_model_dir, out_dir, script, section=None, prompt_format="pairwise", template="<first>"
+        tiny_model_dir, out_dir, script, "Response A", prompt_format="pairwise", min_hidden_size=8, template=template
     )
 
 

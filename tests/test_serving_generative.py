@@ -191,15 +191,14 @@ def build_script_judge(
     tiny_model_dir,
     out_dir,
     script: dict,
-    section: str | None,
+    section: str,
     prompt_format: str = "pointwise",
     min_hidden_size: int = 4,
     template: str | None = None,
 ):
     """A real Llama causal LM (save_successor_judge) that answers a judge prompt by `script`, starting from the
-    marker that ends `section` of the prompt (its chat template keeps only that section), or from `template`, a
-    chat template of its own. Every piece of the script that is not one token of the tiny tokenizer is added to
-    it as a token."""
+    marker that ends `section` of the prompt (its chat template keeps only that section, or `template` does).
+    Every piece of the script that is not one token of the tiny tokenizer is added to it as a token."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
