@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class GroupJudgeServer:
-    def __init__(self, judge: str = "longer", api_key: str | None = None, status: int = 200):
-        self.judge, self.api_key, self.status = judge, api_key, status
+    def __init__(self, judge: str = "longer", api_key: str | None = None, status: int = 200, mangle=None):
+        """`mangle`: a function that rewrites each answer body (a server breaking the contract)."""
+        self.judge, self.api_key, self.status, self.mangle = judge, api_key, status, mangle
         self.bodies: list[dict] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -78,6 +79,8 @@ class GroupJudgeServer:
                     status, answer = (server.status if server.status != 200 else 404), {"detail": "no"}
                 else:
                     status, answer = 200, server.answer(body)
+                    if server.mangle is not None:
+                        answer = server.mangle(answer)
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -141,3 +142,37 @@ def test_group_mode_and_schedule_come_from_their_env_variables(longer):
     with make_system(longer.url, group_relative=True, api_key="secret", group_schedule="k_random", group_k=1) as system:
         system.reward_batch(group(PROMPT, "a", "bb", "ccc"))
     assert (longer.bodies[0]["schedule"], longer.bodies[0]["k"]) == ("k_random", 1)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "reason"),
+    [
+        (lambda body: {**body, "rewards": body["rewards"][:1]}, "expected 2 rewards"),
+        (lambda body: {**body, "request_id": "someone-else"}, "with request_id 'someone-else'"),
+        (lambda body: {**body, "rewards": [{"score": 0.5, "comparisons": 0, "failed": 0}] * 2}, "from 0 comparisons"),
+        (lambda body: {**body, "rewards": [{"score": 2, "comparisons": 1, "failed": 0}] * 2}, r"in \[0, 1\]"),
+    ],
+    ids=["short", "request_id", "score_from_nothing", "out_of_range"],
+)
+def test_an_answer_that_breaks_the_contract_is_a_failure_not_a_score(mangle, reason):
+    server = GroupJudgeServer(mangle=mangle)
+    try:
+        with make_system(server.url, group_relative=True) as system:
+            rewards = system.reward_batch(group(PROMPT, "\\boxed{4}", "5", answer="4"))
+    finally:
+        server.close()
+    assert [r["source"] for r in rewards] == ["rule_fallback"] * 2
+    assert all(re.search(reason, r["error"]) for r in rewards), rewards[0]["error"]
+
+
+def test_failed_groups_open_the_shared_circuit_breaker():
+    server = GroupJudgeServer(status=503)
+    try:
+        with make_system(server.url, group_relative=True, max_retries=0, circuit_breaker_threshold=2) as system:
+            for _ in range(2):
+                system.reward_batch(group(PROMPT, "\\boxed{4}", "5", answer="4"))
+            rewards = system.reward_batch(group(PROMPT, "\\boxed{4}", "6", answer="4"))
+            assert system.get_metrics()["circuit_breaker"]["state"] == "open"
+    finally:
+        server.close()
+    assert "Circuit breaker open" in rewards[0]["error"] and len(server.bodies) == 2
