@@ -13,6 +13,11 @@
   failure of a batch, a malformed answer or an unforeseen error included, settles all of that batch's
   requests at once and counts as a failed batch; other batches are not affected.
 
+The same worker, HTTP connections, retries and circuit breaker serve `submit_group()`: one
+`POST /judge_group` per GRPO group (a prompt and its N completions, compared pairwise by the server; each
+completion's reward is its mean win probability against its siblings). Groups are not batched together:
+each is one request, sent at once, at most `max_concurrent_requests` in flight with the batches.
+
 The reward adapter (judge_reward_adapter) and evaluation's HTTP judge (evaluation.judges) both use it.
 """
 
@@ -67,6 +72,50 @@ class JudgeResult:
     metadata: dict = field(default_factory=dict, compare=False)  # e.g. a scalar judge's raw_reward
 
 
+@dataclass(frozen=True)
+class GroupReward:
+    """One completion's outcome in a /judge_group answer: `score` is its mean win probability over the
+    `comparisons` that answered (None when none did); `failed` comparisons are summarised in `error`."""
+
+    score: float | None
+    comparisons: int
+    failed: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    request_id: str
+    rewards: tuple[GroupReward, ...]
+    schedule: str
+    comparisons_run: int
+    metadata: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """One GRPO group to judge: a prompt (text or messages) and its completions, and the pairing schedule."""
+
+    prompt: Any
+    completions: tuple[str, ...]
+    schedule: str = "all_pairs"
+    k: int | None = None
+    seed: int = 0
+
+    def body(self, request_id: str) -> dict:
+        prompt = self.prompt if isinstance(self.prompt, str) else list(self.prompt)
+        body = {
+            "prompt": prompt,
+            "completions": list(self.completions),
+            "schedule": self.schedule,
+            "seed": self.seed,
+            "request_id": request_id,
+        }
+        if self.k is not None:
+            body["k"] = self.k
+        return body
+
+
 @dataclass
 class _Pending:
     request: JudgeItem
@@ -81,6 +130,7 @@ class BatchingJudgeClient:
         self.metrics = metrics
         self.breaker = CircuitBreaker(config.circuit_breaker_threshold, config.circuit_breaker_timeout)
         self._url = config.judge_url.rstrip("/") + "/batch_judge"
+        self._group_url = config.judge_url.rstrip("/") + "/judge_group"
         self._headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._lock = threading.Lock()
         self._in_flight: dict[str, concurrent.futures.Future] = {}
@@ -90,6 +140,10 @@ class BatchingJudgeClient:
         self._thread: threading.Thread | None = None
         self._owner_pid: int | None = None
         self._closed = False
+        self._groups_in_flight: set[concurrent.futures.Future] = set()
+        self._http: httpx.AsyncClient | None = None
+        self._http_ready: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     @property
     def result_timeout(self) -> float:
@@ -118,6 +172,31 @@ class BatchingJudgeClient:
         for pending in queued:  # outside the lock: a callback of a settled future runs at once and takes it
             pending.future.add_done_callback(lambda done, key=pending.key: self._forget(key, done))
         return futures
+
+    def submit_group(self, group: GroupRequest) -> concurrent.futures.Future:
+        """A future of the GroupResult of `group` (it raises JudgeUnavailableError when there is none)."""
+        with self._lock:
+            if self._closed:
+                return _failed(CLOSED_MESSAGE)
+            self._start_if_needed()
+            if self.breaker.rejects_now():
+                return _failed(
+                    f"Circuit breaker open: {self.breaker.snapshot()['failures']} consecutive failed requests "
+                    f"to {self.config.judge_url}; one probe goes out {self.config.circuit_breaker_timeout}s "
+                    f"after the circuit opened"
+                )
+            future = concurrent.futures.Future()
+            self._groups_in_flight.add(future)
+            self.metrics.queue_changed(+1)
+            asyncio.run_coroutine_threadsafe(self._send_group(group, uuid.uuid4().hex, future), self._loop)
+        future.add_done_callback(self._forget_group)
+        return future
+
+    def _forget_group(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            if future in self._groups_in_flight:
+                self._groups_in_flight.discard(future)
+                self.metrics.queue_changed(-1)
 
     def _admit(self, request: JudgeItem, queued: list[_Pending]) -> concurrent.futures.Future:
         """The future of `request` (the lock held): the one of an identical request in flight, a failed one
@@ -151,7 +230,7 @@ class BatchingJudgeClient:
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread
-            orphans = list(self._in_flight.values())
+            orphans = list(self._in_flight.values()) + list(self._groups_in_flight)
         for future in orphans:
             _settle(future, error=JudgeUnavailableError(CLOSED_MESSAGE))
         if thread is not None and thread.is_alive() and self._owner_pid == os.getpid():
@@ -164,12 +243,15 @@ class BatchingJudgeClient:
         """Start the worker on first use, and again in a forked child (threads do not survive a fork)."""
         if self._thread is not None and self._owner_pid == os.getpid():
             return
-        self.metrics.queue_changed(-len(self._in_flight))  # a forked child does not inherit the parent's requests
+        # a forked child does not inherit the parent's requests
+        self.metrics.queue_changed(-len(self._in_flight) - len(self._groups_in_flight))
         self._in_flight.clear()
+        self._groups_in_flight.clear()
         self._owner_pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._queue = asyncio.Queue()
         self._sending = set()
+        self._http_ready = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="JudgeReward-client", daemon=True)
         self._thread.start()
 
@@ -180,7 +262,7 @@ class BatchingJudgeClient:
             log.exception("the judge client worker stopped")
             with self._lock:
                 self._closed = True
-                orphans = list(self._in_flight.values())
+                orphans = list(self._in_flight.values()) + list(self._groups_in_flight)
             for future in orphans:
                 _settle(future, error=JudgeUnavailableError("judge client worker stopped (see the JudgeReward log)"))
         finally:
@@ -206,6 +288,8 @@ class BatchingJudgeClient:
         )
         async with httpx.AsyncClient(timeout=self.config.timeout, limits=limits, headers=self._headers) as http:
             slots = asyncio.Semaphore(self.config.max_concurrent_requests)
+            self._http, self._slots = http, slots
+            self._http_ready.set()
             getter: asyncio.Future | None = None
             stopping = False
             while not stopping:
@@ -282,20 +366,57 @@ class BatchingJudgeClient:
             else:
                 _settle(pending.future, error=outcome)
 
-    def _batch_failed(self, batch: list[_Pending], permit: Permit, err: JudgeUnavailableError) -> None:
+    async def _send_group(self, group: GroupRequest, request_id: str, future: concurrent.futures.Future) -> None:
+        """On the worker's loop: send one /judge_group request and settle its future (never left waiting)."""
+        task = asyncio.current_task()
+        self._sending.add(task)
+        try:
+            await self._http_ready.wait()
+            async with self._slots:
+                if self._closed or future.done():
+                    _settle(future, error=JudgeUnavailableError(CLOSED_MESSAGE, request_id))
+                    return
+                permit = self.breaker.try_acquire()
+                if permit is None:
+                    message = "Circuit breaker open: the judge is not answering; this group was not sent"
+                    _settle(future, error=JudgeUnavailableError(message, request_id))
+                    return
+                self.metrics.batch_sent(len(group.completions))
+                try:
+                    body = await self._post_with_retries(self._http, group.body(request_id), self._group_url)
+                    result = _group_result(body, request_id, len(group.completions))
+                except JudgeUnavailableError as err:
+                    log.warning("judge group of %d failed: %s", len(group.completions), err)
+                    self._record_failure(permit)
+                    _settle(future, error=JudgeUnavailableError(str(err), request_id, err.permanent))
+                    return
+                if self.breaker.record_success(permit):
+                    log.info("Circuit breaker closed: %s answers again", self.config.judge_url)
+                _settle(future, result=result)
+        except Exception as err:  # a bug, or cancelled at close: the caller must not wait
+            _settle(future, error=JudgeUnavailableError(f"judge group failed: {type(err).__name__}: {err}", request_id))
+            if not isinstance(err, asyncio.CancelledError):
+                log.warning("judge group failed unexpectedly", exc_info=True)
+        finally:
+            self._sending.discard(task)
+
+    def _record_failure(self, permit: Permit) -> None:
         if self.breaker.record_failure(permit):
             log.warning(
-                "Circuit breaker open after %d consecutive failed batches; requests fail fast for %.1fs",
+                "Circuit breaker open after %d consecutive failed requests; requests fail fast for %.1fs",
                 self.breaker.snapshot()["failures"],
                 self.config.circuit_breaker_timeout,
             )
+
+    def _batch_failed(self, batch: list[_Pending], permit: Permit, err: JudgeUnavailableError) -> None:
+        self._record_failure(permit)
         _fail_all(batch, str(err), err.permanent)
 
-    async def _post_with_retries(self, http: httpx.AsyncClient, body: dict) -> Any:
+    async def _post_with_retries(self, http: httpx.AsyncClient, body: dict, url: str | None = None) -> Any:
         for attempt in range(self.config.max_retries + 1):
             retry_after = None
             try:
-                response = await http.post(self._url, json=body)
+                response = await http.post(url or self._url, json=body)
             except httpx.TimeoutException as err:
                 failure = f"judge request timed out after {self.config.timeout}s ({type(err).__name__})"
             except httpx.TransportError as err:
@@ -363,6 +484,55 @@ def _outcome(pending: _Pending, response: dict | None) -> JudgeResult | JudgeUna
     if answer.error is not None:
         return JudgeUnavailableError(f"judge could not score request: {answer.error}", pending.request_id)
     return JudgeResult(answer.score, pending.request_id, answer.explanation, answer.detailed_scores, answer.metadata)
+
+
+def _group_result(body: Any, request_id: str, size: int) -> GroupResult:
+    """The GroupResult of a /judge_group answer body; JudgeUnavailableError naming what breaks the contract."""
+    if not isinstance(body, dict):
+        raise JudgeUnavailableError(f"judge returned a malformed /judge_group body: {judge_api.excerpt(str(body))}")
+    if body.get("request_id") != request_id:
+        raise JudgeUnavailableError(
+            f"judge answered /judge_group request {request_id} with request_id {body.get('request_id')!r}"
+        )
+    rewards = body.get("rewards")
+    if not isinstance(rewards, list) or len(rewards) != size:
+        raise JudgeUnavailableError(
+            f"judge returned a malformed /judge_group body: expected {size} rewards, got "
+            f"{judge_api.excerpt(str(rewards))}"
+        )
+    try:
+        parsed = tuple(_group_reward(entry, i) for i, entry in enumerate(rewards))
+    except (TypeError, ValueError, KeyError) as err:
+        raise JudgeUnavailableError(f"judge returned a malformed /judge_group body: {err}") from None
+    metadata = body.get("metadata")
+    return GroupResult(
+        request_id,
+        parsed,
+        str(body.get("schedule")),
+        int(body.get("comparisons_run") or 0),
+        metadata if isinstance(metadata, dict) else {},
+    )
+
+
+def _group_reward(entry: Any, index: int) -> GroupReward:
+    if not isinstance(entry, dict):
+        raise TypeError(f"rewards[{index}] is not an object: {entry!r}")
+    score, comparisons, failed, error = (entry.get(k) for k in ("score", "comparisons", "failed", "error"))
+    for name, value in (("comparisons", comparisons), ("failed", failed)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"rewards[{index}].{name} must be a count, got {value!r}")
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, int | float) or not 0.0 <= score <= 1.0:
+            raise ValueError(f"rewards[{index}].score must be a number in [0, 1] or null, got {score!r}")
+        if comparisons == 0:
+            raise ValueError(f"rewards[{index}] has a score from 0 comparisons")
+    if error is not None and not isinstance(error, str):
+        raise TypeError(f"rewards[{index}].error must be text or null, got {error!r}")
+    if score is None and not error:
+        error = f"none of its {failed} comparisons answered"
+    if failed and not error:
+        raise ValueError(f"rewards[{index}] has {failed} failed comparisons and no error")
+    return GroupReward(None if score is None else float(score), comparisons, failed, error)
 
 
 def _put_all(queue: asyncio.Queue, items: list[_Pending]) -> None:

@@ -8,6 +8,14 @@ Calls from any number of threads are coalesced into batched HTTP requests by one
 (judge_client). Every reward says where it came from: `judge`, `cache`, or `rule_fallback` (the judge
 could not answer and judge_rewards.rules scored it; `error` says why). With `fallback_to_rule: false`
 a judge failure raises JudgeUnavailableError instead. No request is dropped or silently scored 0.
+
+With `group_relative: true` (a pairwise judge, no reference answer needed) a batch's completions are grouped
+by prompt and each group goes to POST /judge_group (groups in parallel): a completion's reward is its mean
+win probability against its siblings, and its dict carries `comparisons` (that answered) and `failed`. A
+completion none of whose comparisons answered goes to the fallback like any failure. Such a reward depends
+on the siblings, so the cache keys on the whole group. Per-sample callers (`areward`, verl 0.9's reward
+loop) are gathered into groups of `group_size` by prompt, waiting at most `group_window` seconds after a
+group's first sample (that wait is the mode's latency cost per group when a group arrives incomplete).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -24,7 +33,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from . import rules
-from .judge_client import BatchingJudgeClient, JudgeResult, JudgeUnavailableError
+from .judge_client import BatchingJudgeClient, GroupRequest, GroupResult, JudgeResult, JudgeUnavailableError
 from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
 from .reward_health import RewardHealth
@@ -56,10 +65,13 @@ class BaseJudgeReward:
         self._pool_lock = threading.Lock()
         self._fallback_warnings = _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S)
         self._health = RewardHealth(self.config, lambda: _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S))
+        self._gatherer = _GroupGatherer(self) if self.config.group_relative else None
         log.info("judge reward adapter: %s", self.config.redacted())
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion."""
+        if self.config.group_relative:
+            return self.reward_groups([_item(prompt, completion, answer, answer_type)])[0]
         request, cached = self._lookup(prompt, completion, answer, answer_type)
         if cached is not None:
             return cached
@@ -73,7 +85,12 @@ class BaseJudgeReward:
 
     async def areward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         """`reward()` for asyncio callers: awaits the judge's answer without holding a thread while it is
-        on its way (the rule fallback, when needed, runs in a worker thread: it may compute)."""
+        on its way (the rule fallback, when needed, runs in a worker thread: it may compute). In group_relative
+        mode the sample waits for its siblings (group_size, group_window) and is judged with them."""
+        if self.config.group_relative:
+            request = JudgeItem.create(prompt, completion, answer, answer_type)
+            self._metrics.count("total_requests")
+            return await self._gatherer.areward(request)
         request, cached = self._lookup(prompt, completion, answer, answer_type)
         if cached is not None:
             return cached
@@ -90,6 +107,8 @@ class BaseJudgeReward:
         in flight at once. With return_exceptions, a failed item's entry is its JudgeUnavailableError
         instead of the call raising it."""
         items = list(items)
+        if self.config.group_relative:
+            return self.reward_groups(items, return_exceptions)
 
         def one(item: Mapping[str, Any]):
             try:
@@ -100,6 +119,90 @@ class BaseJudgeReward:
                 raise
 
         return list(self._thread_pool().map(one, items))
+
+    def reward_groups(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
+        """Group-relative rewards of `items` ({prompt, completion, answer?, answer_type?}), in order: the items
+        of one prompt form a group judged by POST /judge_group, all groups in flight at once. ValueError for a
+        prompt with a single completion (nothing to compare it with)."""
+        requests = [JudgeItem.create(**item) for item in items]
+        self._metrics.count("total_requests", len(requests))
+        groups: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault(_prompt_key(request), []).append(index)
+        for indices in groups.values():
+            if len(indices) < 2:
+                raise ValueError(
+                    f"group_relative reward: the prompt {_prompt_excerpt(requests[indices[0]])} has 1 completion in "
+                    f"this batch; a group-relative reward compares a prompt's completions with each other and needs "
+                    f"at least 2 (the rollout's n)"
+                )
+        started = time.monotonic()
+        pending = [(indices, *self._submit_group([requests[i] for i in indices])) for indices in groups.values()]
+        rewards: list = [None] * len(requests)
+        for indices, group, cached, future in pending:
+            outcome = cached
+            if outcome is None:
+                outcome = self._group_outcome(group, future, started)
+            for position, index in enumerate(indices):
+                try:
+                    rewards[index] = self._group_reward(requests[index], outcome, position, cached is not None)
+                except JudgeUnavailableError as err:
+                    if not return_exceptions:
+                        raise
+                    rewards[index] = err
+        return rewards
+
+    def _submit_group(self, requests: list[JudgeItem]):
+        """(the GroupRequest, its cached result or None, the future of its answer or None)."""
+        config = self.config
+        group = GroupRequest(
+            requests[0].prompt,
+            tuple(r.completion for r in requests),
+            config.group_schedule,
+            config.group_k,
+            config.group_seed,
+        )
+        cached = self._cache_get_key(_group_key(group))
+        if cached is not None:
+            self._metrics.count("cache_hits", len(requests))
+            return group, cached, None
+        return group, None, self._client.submit_group(group)
+
+    def _group_outcome(self, group: GroupRequest, future, started: float) -> GroupResult | JudgeUnavailableError:
+        try:
+            result = future.result(timeout=self._client.result_timeout)
+        except concurrent.futures.TimeoutError:
+            return self._result_timeout_error()
+        except JudgeUnavailableError as err:
+            return err
+        self._metrics.judge_answered(time.monotonic() - started)
+        self._cache_put_key(_group_key(group), result)
+        return result
+
+    def _group_reward(
+        self, request: JudgeItem, outcome: GroupResult | JudgeUnavailableError, position: int, from_cache: bool
+    ) -> dict:
+        """One completion's reward dict from its group's outcome; the fallback when it has no score."""
+        if isinstance(outcome, JudgeUnavailableError):
+            self._metrics.count("judge_failures")
+            return {**self._fallback(request, outcome), "comparisons": 0, "failed": 0}
+        mine = outcome.rewards[position]
+        counts = {"comparisons": mine.comparisons, "failed": mine.failed}
+        if mine.score is None:
+            self._metrics.count("judge_failures")
+            reason = f"no comparison of this completion answered: {mine.error}"
+            error = JudgeUnavailableError(reason, outcome.request_id)
+            return {**self._fallback(request, error), **counts}
+        reward = {
+            "reward": mine.score,
+            "source": SOURCE_CACHE if from_cache else SOURCE_JUDGE,
+            "explanation": f"mean win probability over {mine.comparisons} comparisons ({outcome.schedule})",
+            "request_id": outcome.request_id,
+            "error": mine.error,
+            "detailed_scores": None,
+            **counts,
+        }
+        return self._observed(request, reward)
 
     def _request_judge(self, request: JudgeItem) -> JudgeResult:
         """The judge's result for one request (blocking), or JudgeUnavailableError."""
@@ -185,15 +288,21 @@ class BaseJudgeReward:
         return self._observed(request, result)
 
     def _cache_get(self, request: JudgeItem) -> JudgeResult | None:
+        return self._cache_get_key(request.key())
+
+    def _cache_put(self, request: JudgeItem, result: JudgeResult) -> None:
+        self._cache_put_key(request.key(), result)
+
+    def _cache_get_key(self, key: str):
         if self._cache is None:
             return None
         with self._cache_lock:
-            return self._cache.get(request.key())
+            return self._cache.get(key)
 
-    def _cache_put(self, request: JudgeItem, result: JudgeResult) -> None:
+    def _cache_put_key(self, key: str, result) -> None:
         if self._cache is not None:
             with self._cache_lock:
-                self._cache[request.key()] = result
+                self._cache[key] = result
 
     def _thread_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads that wait for batch items: enough to fill every concurrent request's batch."""
@@ -205,6 +314,97 @@ class BaseJudgeReward:
 
 
 JudgeRewardSystem = BaseJudgeReward  # the name training scripts import in place of their RewardSystem
+
+
+def _item(prompt, completion: str, answer: Any, answer_type: str | None) -> dict:
+    return {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
+
+
+def _prompt_key(request: JudgeItem) -> str:
+    return json.dumps(request.prompt, ensure_ascii=False, sort_keys=True)
+
+
+def _prompt_excerpt(request: JudgeItem) -> str:
+    text = request.prompt if isinstance(request.prompt, str) else _prompt_key(request)
+    return repr(text[:120])
+
+
+def _group_key(group: GroupRequest) -> str:
+    """A group reward depends on every sibling: the cache keys on the whole group and its schedule."""
+    return json.dumps(
+        ["group", group.prompt, group.completions, group.schedule, group.k, group.seed], ensure_ascii=False
+    )
+
+
+class _GroupGatherer:
+    """Gathers per-sample calls into groups by prompt: a group is sent when it holds `group_size` samples, or
+    `group_window` seconds after its first sample (then with 2 or more; a lone sample gets the fallback, its
+    error naming the prompt). Thread-safe; callers on any event loop await their sample's reward."""
+
+    def __init__(self, system: BaseJudgeReward):
+        self._system = system
+        self._lock = threading.Lock()
+        self._open: dict[str, _Gathering] = {}
+
+    async def areward(self, request: JudgeItem) -> dict:
+        size = self._system.config.group_size
+        if size is None:
+            raise ValueError(
+                "group_relative reward: a per-sample caller needs group_size (the rollout's n, e.g. "
+                "actor_rollout_ref.rollout.n) to gather a prompt's completions into a group"
+            )
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        key = _prompt_key(request)
+        with self._lock:
+            gathering = self._open.get(key)
+            if gathering is None:
+                gathering = self._open[key] = _Gathering()
+                gathering.timer = threading.Timer(self._system.config.group_window, self._send, (key, gathering))
+                gathering.timer.daemon = True
+                gathering.timer.start()
+            gathering.samples.append((request, future))
+            full = len(gathering.samples) >= size
+        if full:  # judged in a thread of its own: the caller's loop must not block, nor a shared pool fill up
+            threading.Thread(target=self._send, args=(key, gathering), daemon=True).start()
+        return await asyncio.wrap_future(future)
+
+    def _send(self, key: str, gathering: _Gathering) -> None:
+        """Judge `gathering` (at most once) and settle its samples' futures with their reward dicts."""
+        with self._lock:
+            if gathering.sent:
+                return
+            gathering.sent = True
+            if self._open.get(key) is gathering:
+                del self._open[key]
+        gathering.timer.cancel()
+        requests = [request for request, _ in gathering.samples]
+        if len(requests) < 2:
+            err = JudgeUnavailableError(
+                f"group_relative reward: only 1 completion of the prompt {_prompt_excerpt(requests[0])} arrived within "
+                f"group_window={self._system.config.group_window}s (group_size={self._system.config.group_size}); "
+                f"nothing to compare it with"
+            )
+            outcomes = [err]
+        else:
+            outcomes = self._system.reward_groups([dataclasses.asdict(r) for r in requests], return_exceptions=True)
+        for (request, future), outcome in zip(gathering.samples, outcomes, strict=True):
+            try:
+                if isinstance(outcome, JudgeUnavailableError) and len(requests) < 2:
+                    self._system._metrics.count("judge_failures")
+                    outcome = {**self._system._fallback(request, outcome), "comparisons": 0, "failed": 0}
+            except JudgeUnavailableError as err:
+                outcome = err
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+
+@dataclasses.dataclass
+class _Gathering:
+    samples: list = dataclasses.field(default_factory=list)
+    timer: threading.Timer | None = None
+    sent: bool = False
 
 
 def rule_fallback(request: JudgeItem, err: JudgeUnavailableError) -> dict:

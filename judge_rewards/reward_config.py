@@ -4,7 +4,8 @@ Where a value comes from, first match wins:
   1. the key in the mapping, with `${VAR}` / `${VAR:-default}` references resolved from the environment
      (a reference to an unset variable counts as the key being absent);
   2. the key's environment variable, when it has one (JUDGE_MODEL_URL, JUDGE_MODEL_API_KEY,
-     JUDGE_MAX_BATCH_SIZE, JUDGE_MAX_CONCURRENT);
+     JUDGE_MAX_BATCH_SIZE, JUDGE_MAX_CONCURRENT, JUDGE_GROUP_RELATIVE, JUDGE_GROUP_SCHEDULE, JUDGE_GROUP_K,
+     JUDGE_GROUP_SIZE);
   3. the default.
 Strings (from the environment or a YAML) are cast to the field's type; a bad value raises
 `ConfigError` naming the key and where the value came from. The keys are declared as settings
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .settings import option, setting_types
+
+GROUP_SCHEDULES = ("all_pairs", "k_random")
 
 
 class ConfigError(ValueError):
@@ -75,6 +78,32 @@ class JudgeRewardConfig:
     )
     health_fallback_warn: float = option(0.1, "warn when more than this share of rewards came from the rule fallback")
 
+    group_relative: bool = option(
+        False,
+        "pairwise judge, no reference needed: each completion is compared with the other completions of its "
+        "prompt (POST /judge_group) and rewarded by its mean win probability",
+        env="JUDGE_GROUP_RELATIVE",
+    )
+    group_schedule: str = option(
+        "all_pairs",
+        "group_relative pairing: all_pairs (every ordered pair, N*(N-1) comparisons per group) or k_random "
+        "(each completion against group_k random siblings in both orders, about 2*N*group_k)",
+        env="JUDGE_GROUP_SCHEDULE",
+    )
+    group_k: int | None = option(None, "siblings per completion with group_schedule k_random", env="JUDGE_GROUP_K")
+    group_seed: int = option(0, "seed of k_random's draw")
+    group_size: int | None = option(
+        None,
+        "completions per prompt (the rollout's n): the per-sample callers (verl 0.9's reward loop) gather this "
+        "many before sending a group",
+        env="JUDGE_GROUP_SIZE",
+    )
+    group_window: float = option(
+        2.0,
+        "seconds a per-sample caller waits for the rest of its group after its first sample; then a partial "
+        "group (2 or more) is sent",
+    )
+
     def __post_init__(self):
         _check(
             isinstance(self.judge_url, str) and re.match(r"https?://[^/\s]+", self.judge_url or ""),
@@ -90,6 +119,19 @@ class JudgeRewardConfig:
             "health_window",
         ):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _check(
+            self.group_schedule in GROUP_SCHEDULES,
+            "group_schedule",
+            f"must be one of {GROUP_SCHEDULES}, got {self.group_schedule!r}",
+        )
+        _check(
+            (self.group_k is not None) == (self.group_schedule == "k_random"),
+            "group_k",
+            f"is needed with group_schedule k_random and only then, got {self.group_k!r} with {self.group_schedule!r}",
+        )
+        _check(self.group_k is None or self.group_k >= 1, "group_k", f"must be >= 1, got {self.group_k}")
+        _check(self.group_size is None or self.group_size >= 2, "group_size", f"must be >= 2, got {self.group_size}")
+        _check(self.group_window >= 0, "group_window", f"must be >= 0, got {self.group_window}")
         _check(self.max_retries >= 0, "max_retries", f"must be >= 0, got {self.max_retries}")
         _check(self.batch_timeout >= 0, "batch_timeout", f"must be >= 0, got {self.batch_timeout}")
         _check(self.timeout > 0, "timeout", f"must be > 0, got {self.timeout}")

@@ -12,6 +12,12 @@ tagged rule fallback, or None, TRL's "no reward" (the sample is left out of the 
 or the rules cannot score it either. Where TRL offers it (1.x: `log_metric`, `log_extra`), each batch logs the
 share of rewards that the judge did not give, the adapter's reward-health figures (`judge/health_*`, over its
 window of recent rewards: judge_rewards/reward_health.py), and each completion's source.
+
+Group-relative pairwise rewards (a pairwise judge, no reference answer: `answer_column=None`): with
+`{"group_relative": True}` in the config, the batch's completions are grouped by prompt (TRL repeats each prompt
+`num_generations` times in a batch) and each group goes to the judge's POST /judge_group; a completion's reward is
+its mean win probability against its siblings. TRL then also logs `<name>/failed_comparisons`, the mean count of
+a completion's comparisons that did not answer.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ class JudgeReward:
         outcomes = self.system.reward_batch(items, return_exceptions=True)
         rewards = [outcome["reward"] if isinstance(outcome, dict) else None for outcome in outcomes]
         sources = [outcome["source"] if isinstance(outcome, dict) else NO_REWARD_SOURCE for outcome in outcomes]
+        if "log_metric" in columns and self.system.config.group_relative:
+            failed = [outcome.get("failed", 0) for outcome in outcomes if isinstance(outcome, dict)]
+            columns["log_metric"](f"{self.__name__}/failed_comparisons", sum(failed) / max(1, len(failed)))
         if "log_metric" in columns:
             not_judged = sum(source in (SOURCE_RULE_FALLBACK, NO_REWARD_SOURCE) for source in sources)
             columns["log_metric"](f"{self.__name__}/not_from_judge", not_judged / len(sources))

@@ -22,13 +22,20 @@ policy dataset must carry the prompt in `extra_info.question` (the user's text, 
 none) and `extra_info.answer_type` (optional) as its answer type. Other extra_info keys (verl 0.9 adds
 num_turns and rollout_reward_scores) are not read.
 
+Group-relative pairwise rewards (a pairwise judge, no reference answer needed): `reward_kwargs.group_relative=true`
+(or JUDGE_GROUP_RELATIVE=true). compute_score_batch groups a step's samples by prompt (extra_info.question) and
+sends each group to POST /judge_group; the per-sample functions cannot see a group: compute_score_async gathers a
+prompt's samples (`reward_kwargs.group_size` = actor_rollout_ref.rollout.n, waiting at most `group_window` seconds
+after the first), and verl 0.6.1's naive compute_score is refused. Validation must then generate 2 or more answers
+per prompt (actor_rollout_ref.rollout.val_kwargs.n), or a prompt's lone answer is an error naming it.
+
 Every sample's dict has the same keys: score, source (judge | cache | rule_fallback), and the
-numeric flags from_rule_fallback and from_cache, and the adapter's reward-health figures (health_*:
-judge_rewards/reward_health.py; the same for every sample of a batch-manager call, those of at most 32 rewards
-ago for a per-sample call). verl 0.9 reads the keys of a batch's first sample. Where they show up: verl (0.6.1
-and 0.9) writes them to every row of `trainer.rollout_data_dir` / `validation_data_dir` JSONL, and logs their
-validation averages as `val-aux/<data_source>/<key>/mean@N`; its training metrics (critic/score/mean) take no
-reward extra info.
+numeric flags from_rule_fallback and from_cache, in group-relative mode also comparisons and failed_comparisons,
+and the adapter's reward-health figures (health_*: judge_rewards/reward_health.py; the same for every sample of a
+batch-manager call, those of at most 32 rewards ago for a per-sample call). verl 0.9 reads the keys of a batch's
+first sample. Where they show up: verl (0.6.1 and 0.9) writes them to every row of `trainer.rollout_data_dir` /
+`validation_data_dir` JSONL, and logs their validation averages as `val-aux/<data_source>/<key>/mean@N`; its
+training metrics (critic/score/mean) take no reward extra info.
 verl may pickle these functions into Ray workers, so the adapter is built lazily, once per process
 and settings, at the first call; nothing is built at import.
 """
@@ -69,6 +76,12 @@ def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **judge_config
 ) -> dict:
     """verl 0.6.1's naive reward manager's per-sample call."""
+    if reward_system(judge_config).config.group_relative:
+        raise ValueError(
+            "group_relative judge reward: verl's naive reward manager scores one sample at a time and a "
+            "group-relative reward needs the prompt's whole group: use reward_model.reward_manager=batch with "
+            "custom_reward_function.name=compute_score_batch"
+        )
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **judge_config)[0]
 
 
@@ -119,10 +132,14 @@ def _judge_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
 
 
 def _verl_score(reward: dict, health: dict[str, float]) -> dict:
-    return {
+    score = {
         **health,
         "score": reward["reward"],
         "source": reward["source"],
         "from_rule_fallback": float(reward["source"] == SOURCE_RULE_FALLBACK),
         "from_cache": float(reward["source"] == SOURCE_CACHE),
     }
+    if "comparisons" in reward:  # group-relative mode: every sample of it has both counts
+        score["comparisons"] = float(reward["comparisons"])
+        score["failed_comparisons"] = float(reward["failed"])
+    return score

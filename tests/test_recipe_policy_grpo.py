@@ -296,3 +296,88 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
     assert json.loads((save_dir / "hf" / "export.json").read_text())["trained_with"]["recipe"] == "policy-grpo"
     snapshot = "".join(path.read_text() for path in (save_dir / "launch").glob("*") if path.is_file())
     assert API_KEY not in output + snapshot
+
+
+# --- group-relative pairwise rewards (issue 29) ------------------------------------------------------------------
+
+GROUP_OVERRIDES = [  # the cookbook's group-relative settings (README: "A pairwise judge as the reward")
+    f"+{KWARGS}.group_relative=true",
+    "actor_rollout_ref.rollout.val_kwargs.n=2",  # validation judges groups too: 2 answers per prompt at least
+]
+
+
+def test_the_group_relative_mode_reaches_verls_reward_settings(
+    policy_data, tiny_model_dir, stand_in_judge, monkeypatch
+):
+    launch = policy_launch(monkeypatch, *GROUP_OVERRIDES, **valid_knobs(policy_data, tiny_model_dir, stand_in_judge))
+    config = launch.config
+    assert config.custom_reward_function.reward_kwargs.group_relative is True
+    assert (config.reward_model.reward_manager, config.custom_reward_function.name) == ("batch", "compute_score_batch")
+    assert config.actor_rollout_ref.rollout.val_kwargs.n == 2
+
+
+@pytest.fixture(scope="module")
+def first_position_pairwise_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A tiny pairwise generative judge (a real Llama causal LM) whose chat template ends every comparison with
+    <first>, so that it always answers A with probability 0.8: every pair in both orders then pays each
+    completion a mean of exactly 0.5 (the position cancels)."""
+    from tests.test_serving_generative import EOS, build_script_judge
+
+    script = {
+        "<first>": "<think>first</think><better>",
+        "<think>first</think><better>": {"A": 0.8, "B": 0.2},
+        "A": "</better>",
+        "B": "</better>",
+        "</better>": EOS,
+    }
+    template = "{{ messages[0]['content'].split('## Response A\\n')[1].split('\\n\\n')[0] }}<first>"
+    out_dir = tmp_path_factory.mktemp("first_position_judge")
+    # min_hidden_size 8: attention heads of an even width (rotary embeddings)
+    return build_script_judge(
+        tiny_model_dir, out_dir, script, "Response A", prompt_format="pairwise", min_hidden_size=8, template=template
+    )
+
+
+@pytest.fixture(scope="module")
+def pairwise_judge_server(first_position_pairwise_judge_dir, tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("pairwise_judge") / "server.log"
+    args = ["--model", str(first_position_pairwise_judge_dir), "--api-key", API_KEY, "--max-new-tokens", "8"]
+    with start_server(args, log_path=log_path) as server:
+        yield server
+
+
+def requests_to(judge_url: str, route: str) -> float:
+    """The judge server's count of the HTTP requests to `route` it answered 200 (its /metrics)."""
+    metrics = httpx.get(f"{judge_url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    labels = rf'(?=[^}}]*route="{re.escape(route)}")(?=[^}}]*status="200")[^}}]*'
+    found = re.findall(rf"^judge_http_requests_total\{{{labels}\}} (\S+)$", metrics, flags=re.MULTILINE)
+    return sum(float(value) for value in found)
+
+
+@pytest.mark.e2e
+def test_a_policy_trains_with_group_relative_rewards_from_a_served_pairwise_judge(
+    policy_data, tiny_model_dir, pairwise_judge_server, tmp_path
+):
+    save_dir, rollouts = tmp_path / "save", tmp_path / "rollouts"
+    url = pairwise_judge_server.url
+    before = {route: requests_to(url, route) for route in ("/judge_group", "/batch_judge")}
+    with tempfile.TemporaryDirectory(prefix="rayp", dir="/tmp") as ray_tmpdir:
+        env = launcher_env(
+            **valid_knobs(policy_data, tiny_model_dir, url),
+            SAVE_DIR=save_dir,
+            ROLLOUT_DATA_DIR=rollouts,
+            RAY_TMPDIR=ray_tmpdir,
+        )
+        run_bash(POLICY_LAUNCHER, "--config", str(CPU_CONFIG), *GROUP_OVERRIDES, env=env, cwd=RECIPE_DIR)
+        assert processes_mentioning(ray_tmpdir) == [], "a Ray process outlived the run"
+
+    train = dumped_rewards(rollouts)
+    assert len(train) == STEPS * PROMPTS_PER_STEP * ROLLOUT_N
+    for answer in train:  # each answer met its 3 siblings (each in both orders) and every comparison answered
+        assert answer["source"] in ("judge", "cache") and answer["from_rule_fallback"] == 0.0, answer
+        assert (answer["comparisons"], answer["failed_comparisons"]) == (3.0, 0.0), answer
+        assert answer["score"] == pytest.approx(0.5)  # the first-position judge, position cancelled
+    assert requests_to(url, "/judge_group") - before["/judge_group"] >= STEPS * PROMPTS_PER_STEP
+    assert requests_to(url, "/batch_judge") == before["/batch_judge"]  # no reward went the pointwise way
+    steps = logged_metrics((save_dir / "launch" / "train.log").read_text())
+    assert sorted(steps) == [1, 2]

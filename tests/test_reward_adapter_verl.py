@@ -17,6 +17,7 @@ import torch
 from judge_rewards import verl_reward
 from judge_rewards.reward_health import figures_of
 from tests.conftest import REPO_ROOT
+from tests.group_judge_server import GroupJudgeServer
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +65,7 @@ def rollout_batch(tiny_tokenizer, rollouts=ROLLOUTS):
     )
 
 
-def verl_reward_manager(tiny_tokenizer, manager: str, function: str, judge_url: str):
+def verl_reward_manager(tiny_tokenizer, manager: str, function: str, judge_url: str, **reward_kwargs):
     """The reward manager verl builds from `custom_reward_function` and `reward_model.reward_manager`."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo.reward import load_reward_manager
@@ -74,7 +75,7 @@ def verl_reward_manager(tiny_tokenizer, manager: str, function: str, judge_url: 
             "custom_reward_function": {
                 "path": str(REPO_ROOT / "judge_rewards" / "verl_reward.py"),
                 "name": function,
-                "reward_kwargs": {"judge_url": judge_url, "max_retries": 0},
+                "reward_kwargs": {"judge_url": judge_url, "max_retries": 0, **reward_kwargs},
             },
             "reward_model": {"reward_manager": manager},
             "data": {"reward_fn_key": "data_source"},
@@ -171,3 +172,40 @@ def test_pickled_reward_function_builds_its_own_client_per_process(rule_judge_se
     with multiprocessing.get_context(start_method).Pool(1) as pool:
         child = pool.apply(score_fn, SAMPLE)
     assert child["score"] == 1.0 and child["source"] == "judge"  # a fresh client (and cache) in the child
+
+
+GROUP_ROLLOUTS = [  # (question, response, ground truth, expected reward from the planted "longer" judge)
+    ("Say hi.", "hi", "", 0.0),
+    ("Name a colour.", "blue", "", 0.5),
+    ("Say hi.", "hello there", "", 1.0),
+    ("Name a colour.", "teal", "", 0.5),
+    ("Say hi.", "hey!", "", 0.5),
+]
+
+
+def test_verl_batch_manager_gets_group_relative_rewards_by_prompt(tiny_tokenizer):
+    server = GroupJudgeServer("longer")
+    try:
+        data = rollout_batch(tiny_tokenizer, GROUP_ROLLOUTS)
+        manager = verl_reward_manager(tiny_tokenizer, "batch", "compute_score_batch", server.url, group_relative=True)
+        output = manager(data, return_dict=True)
+    finally:
+        server.close()
+    last_token = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].sum(-1) - 1
+    scores = output["reward_tensor"][torch.arange(len(GROUP_ROLLOUTS)), last_token]
+    assert scores.tolist() == pytest.approx([expected for *_, expected in GROUP_ROLLOUTS])
+    extra = output["reward_extra_info"]
+    assert set(extra) == EXTRA_KEYS | {"comparisons", "failed_comparisons"}
+    assert extra["comparisons"] == [2.0, 1.0, 2.0, 1.0, 2.0] and set(extra["failed_comparisons"]) == {0.0}
+    assert sorted((b["prompt"], len(b["completions"])) for b in server.bodies) == [
+        ("Name a colour.", 2),
+        ("Say hi.", 3),
+    ]
+
+
+def test_verl_naive_manager_refuses_the_group_relative_mode(tiny_tokenizer):
+    manager = verl_reward_manager(
+        tiny_tokenizer, "naive", "compute_score", f"http://127.0.0.1:{free_port()}", group_relative=True
+    )
+    with pytest.raises(ValueError, match="reward_manager=batch"):
+        manager(rollout_batch(tiny_tokenizer, GROUP_ROLLOUTS), return_dict=True)

@@ -188,15 +188,23 @@ LATE_SCORE = (0.6 * 4 + 0.4 * 2) / 4
 
 
 def build_script_judge(
-    tiny_model_dir, out_dir, script: dict, section: str, prompt_format: str = "pointwise", min_hidden_size: int = 4
+    tiny_model_dir,
+    out_dir,
+    script: dict,
+    section: str,
+    prompt_format: str = "pointwise",
+    min_hidden_size: int = 4,
+    template: str | None = None,
 ):
     """A real Llama causal LM (save_successor_judge) that answers a judge prompt by `script`, starting from the
-    marker that ends `section` of the prompt (its chat template keeps only that section). Every piece of the
-    script that is not one token of the tiny tokenizer is added to it as a token."""
+    marker that ends `section` of the prompt (its chat template keeps only that section, or `template` does).
+    Every piece of the script that is not one token of the tiny tokenizer is added to it as a token."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    tokenizer.chat_template = "{{ messages[0]['content'].split('## " + section + "\\n')[1].split('\\n\\n')[0] }}"
+    tokenizer.chat_template = template or (
+        "{{ messages[0]['content'].split('## " + section + "\\n')[1].split('\\n\\n')[0] }}"
+    )
     pieces = {*script, *(p for nxt in script.values() for p in (nxt if isinstance(nxt, dict) else [nxt]))}
     tokenizer.add_tokens(sorted(p for p in pieces if len(tokenizer.encode(p, add_special_tokens=False)) != 1))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from judge_rewards.trl_reward import JudgeReward
+from tests.group_judge_server import GroupJudgeServer
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -83,6 +84,24 @@ def test_a_grpo_step_is_rewarded_by_the_judge(rule_judge_server, tiny_model_dir,
     if int(trl.__version__.split(".")[0]) >= 1:
         assert logs["judge/health_window"] == len(batch) and logs["judge/health_fallback_share"] == 0.0
         assert logs["judge/health_judge_rule_agreement"] == 1.0  # the rule judge agrees with the rules
+
+
+@pytest.mark.parametrize("conversational", [False, True], ids=["plain", "conversational"])
+def test_a_grpo_step_gets_group_relative_rewards_from_a_pairwise_judge(tiny_model_dir, tmp_path, conversational):
+    server = GroupJudgeServer("longer")
+    reward = JudgeReward({"judge_url": server.url, "max_retries": 0, "group_relative": True}, answer_column=None)
+    try:
+        logs = grpo_step(tiny_model_dir, dataset(conversational), reward, tmp_path)
+    finally:
+        reward.close()
+        server.close()
+    assert [body["path"] for body in server.bodies] == ["/judge_group"] * len(QUESTIONS)  # one request per prompt
+    assert all(len(body["completions"]) == GENERATIONS for body in server.bodies)
+    prompts = sorted(str(body["prompt"]) for body in server.bodies)
+    assert all(question in prompt for (question, _), prompt in zip(QUESTIONS, prompts, strict=True))
+    # every completion's mean win probability: the group's rewards average 0.5 (each comparison pays 1 in all)
+    assert logs["rewards/judge/mean"] == pytest.approx(0.5)
+    assert logs["judge/failed_comparisons"] == 0.0 and logs["judge/not_from_judge"] == 0.0
 
 
 def test_without_the_fallback_a_dead_judge_gives_trl_no_reward(tiny_model_dir, tmp_path):

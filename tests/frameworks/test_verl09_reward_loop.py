@@ -20,6 +20,7 @@ from judge_rewards.reward_config import JudgeRewardConfig
 from judge_rewards.reward_health import figures_of
 from judge_rewards.verl_keys import ignored_reward_keys
 from tests.conftest import REPO_ROOT
+from tests.group_judge_server import GroupJudgeServer
 from tests.reward_adapter_servers import start_rule_server
 
 pytestmark = pytest.mark.e2e
@@ -167,6 +168,48 @@ def assert_health_reaches_validation_metrics(extras: list[dict]) -> None:
     metrics = process_validation_metrics(["judge_policy"] * len(extras), [str(i) for i in range(len(extras))], infos)
     assert set(metrics["judge_policy"]) == HEALTH_KEYS
     assert extras[-1]["health_window"] >= 32 and extras[-1]["health_judge_rule_agreement"] == 1.0
+
+
+def group_samples(tiny_tokenizer, prompts: int, group_size: int) -> list:
+    """`prompts` groups of `group_size` single-sample DataProtos, interleaved as verl may finish them: the answer of
+    sample j of a group is j+1 characters long."""
+    from verl import DataProto
+
+    rows = []
+    for j in range(group_size):
+        for p in range(prompts):
+            question, response = f"Prompt {p}", "x" * (j + 1)
+            prompt_ids, response_ids = tiny_tokenizer(question).input_ids, tiny_tokenizer(response).input_ids
+            rows.append(
+                DataProto.from_dict(
+                    tensors={
+                        "prompts": torch.tensor([prompt_ids]),
+                        "responses": torch.tensor([response_ids]),
+                        "attention_mask": torch.ones(1, len(prompt_ids) + len(response_ids), dtype=torch.long),
+                    },
+                    non_tensors={
+                        "data_source": np.array(["judge_policy"], dtype=object),
+                        "reward_model": np.array([{"style": "model", "ground_truth": ""}], dtype=object),
+                        "extra_info": np.array([{"question": question, "index": j}], dtype=object),
+                    },
+                )
+            )
+    return rows
+
+
+@pytest.mark.parametrize("manager_name", ["naive", "rate_limited"])
+def test_per_sample_calls_are_gathered_into_group_relative_rewards(tiny_tokenizer, manager_name):
+    server = GroupJudgeServer("longer")
+    try:
+        settings = {"group_relative": "true", "group_size": 4, "group_window": 30}
+        overrides = [*REWARD_OVERRIDES, *manager_overrides(manager_name), *judge_overrides(server.url, **settings)]
+        outputs = run_concurrently(reward_manager(overrides, tiny_tokenizer), group_samples(tiny_tokenizer, 3, 4))
+    finally:
+        server.close()
+    # sample j of 4 beats j siblings (longer wins): mean win probability j/3, whatever its prompt
+    assert [output["reward_score"] for output in outputs] == pytest.approx([j / 3 for j in range(4) for _ in range(3)])
+    assert all(output["reward_extra_info"]["comparisons"] == 3.0 for output in outputs)
+    assert sorted(len(body["completions"]) for body in server.bodies) == [4, 4, 4]  # one request per full group
 
 
 def test_the_keyword_arguments_verl_adds_itself_are_not_taken_for_adapter_settings(rule_judge_server, tiny_tokenizer):
