@@ -349,6 +349,28 @@ def test_pairwise_judge_and_compare_match_the_transformers_backend(vllm_servers,
     assert compared["score"] == pytest.approx(verdict.score, abs=TOLERANCE) and verdict.score == pytest.approx(0.2)
 
 
+def test_group_relative_rewards_match_the_transformers_backend(vllm_servers, transformers_judges):
+    """/judge_group on vLLM: each completion's mean win probability against its siblings, as the transformers
+    judge's own comparisons give it."""
+    from serving.group_rewards import group_rewards, pair_schedule
+
+    completions = ["It is 4. <good>", "It is 5. <bad>", "It is four. <good>", "Maybe 22. <bad>"]
+    answer = httpx.post(
+        f"{vllm_servers['pairwise'].url}/judge_group",
+        json={"prompt": QUESTION, "completions": completions},
+        timeout=300,
+    )
+    assert answer.status_code == 200, answer.text
+    pairs = pair_schedule(len(completions), "all_pairs")
+    verdicts = transformers_judges["pairwise"].compare_batch(
+        [ComparisonItem(QUESTION, completions[i], completions[j]) for i, j in pairs]
+    )
+    expected = group_rewards(len(completions), pairs, verdicts)
+    for served, reward in zip(answer.json()["rewards"], expected, strict=True):
+        assert served["score"] == pytest.approx(reward.score, abs=TOLERANCE) and served["comparisons"] == 3
+    assert expected[0].score == pytest.approx((0.5 + 0.8 + 0.8) / 3)  # good beats bad 0.8, ties good 0.5
+
+
 def processes_in_group(group: int) -> list[str]:
     """`pid command` of every live process of a process group (from /proc)."""
     found = []
