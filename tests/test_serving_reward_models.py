@@ -11,7 +11,6 @@ classifiers. tests/frameworks/test_vllm_reward_models.py checks the same on the 
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -30,7 +29,7 @@ from tests.support.reward_models import (
     reference_rewards,
     token_ids,
 )
-from tests.support.servers import start_server
+from tests.support.servers import batch_judge, start_server, started_together
 
 pytestmark = pytest.mark.e2e
 
@@ -66,24 +65,8 @@ def servers(model_dirs, tmp_path_factory):
     def start(name: str):
         return start_server(server_flags(name, model_dirs[name]), logs / f"{name}.log")
 
-    with ThreadPoolExecutor(len(SERVED)) as pool:
-        futures = {name: pool.submit(start, name) for name in SERVED}
-        try:
-            running = {name: future.result() for name, future in futures.items()}
-        except Exception:
-            for future in futures.values():
-                if future.exception() is None:
-                    future.result().stop()
-            raise
-    yield running
-    for server in running.values():
-        server.stop()
-
-
-def batch_judge(server, requests: list[dict]) -> list[dict]:
-    response = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=120)
-    assert response.status_code == 200, response.text
-    return response.json()["responses"]
+    with started_together(SERVED, start) as running:
+        yield running
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -29,7 +28,7 @@ from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support import reward_models
 from tests.support.reward_models import FAMILIES, LABELS
-from tests.support.servers import start_server
+from tests.support.servers import batch_judge, start_server, started_together
 
 pytestmark = pytest.mark.e2e
 
@@ -100,24 +99,8 @@ def servers(built, tmp_path_factory):
     def start(name: str):
         return start_server(server_flags(name, built / name), logs / f"{name}.log", startup_timeout_s=420, env=env)
 
-    with ThreadPoolExecutor(len(SERVED)) as pool:
-        futures = {name: pool.submit(start, name) for name in SERVED}
-        try:
-            running = {name: future.result() for name, future in futures.items()}
-        except Exception:
-            for future in futures.values():
-                if future.exception() is None:
-                    future.result().stop()
-            raise
-    yield running
-    for server in running.values():
-        server.stop()
-
-
-def batch_judge(server, requests: list[dict]) -> list[dict]:
-    response = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=300)
-    assert response.status_code == 200, response.text
-    return response.json()["responses"]
+    with started_together(SERVED, start) as running:
+        yield running
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,3 +106,30 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/health", timeout=5).status_code == 200
     except httpx.TransportError:
         return False
+
+
+@contextmanager
+def started_together(names: Sequence[str], start: Callable[[str], RunningServer]) -> Iterator[dict[str, RunningServer]]:
+    """`start(name)` for every name at once (their start-ups overlap), by name; all stopped on exit, and the
+    started ones stopped when another fails to start."""
+    with ThreadPoolExecutor(len(names)) as pool:
+        futures = {name: pool.submit(start, name) for name in names}
+        try:
+            running = {name: future.result() for name, future in futures.items()}
+        except Exception:
+            for future in futures.values():
+                if future.exception() is None:
+                    future.result().stop()
+            raise
+    try:
+        yield running
+    finally:
+        for server in running.values():
+            server.stop()
+
+
+def batch_judge(server: RunningServer, requests: list[dict], timeout_s: float = 300) -> list[dict]:
+    """The /batch_judge answers of `requests` (asserts a 200)."""
+    response = httpx.post(f"{server.url}/batch_judge", json={"requests": requests}, timeout=timeout_s)
+    assert response.status_code == 200, response.text
+    return response.json()["responses"]
