@@ -24,7 +24,9 @@ that must compare fewer pairs (2k < N - 1: k = 2 at N = 8, never at N = 4). Ever
 Figures of a run: comparisons/s (comparisons_run of all groups over the wall time; a pairwise judge generates
 twice per comparison) and completions rewarded per s; the rank agreement: over every pair of completions of a group
 whose rule scores differ, the share the rewards order the same way (a tie counts one half; 0.5 is chance, 1.0 the
-rule's order), with the number of such pairs; failed comparisons, completions left without a reward (left out of
+rule's order), with the number of such pairs; the same over the pairs of a plainly correct (grade 4) and a
+confidently wrong (grade 0) answer only, the contrast the offline judges were trained and evaluated on; the mean
+reward of each grade; failed comparisons, completions left without a reward (left out of
 the agreement), and the judge's position consistency (pairwise judges: the share of comparisons whose two orders
 agreed, weighted by comparisons). Results: median and range over the repetitions, ratios of medians against
 all_pairs, the 1-minute load average before every run.
@@ -103,18 +105,28 @@ def make_group(row: dict, size: int, rng: random.Random) -> dict:
         "body": {"prompt": list(row["prompt"]), "completions": completions},
         "grades": grades,
         "rule_scores": [rules.score_answer(text, reference, answer_type).score for text in completions],
+        "correct_or_wrong": correct_or_wrong(grades),
     }
 
 
-def rank_agreement(groups: list[dict], rewards: list[list[float | None]]) -> tuple[float | None, int]:
-    """The share of rule-decided pairs (rule scores differ, both rewarded) that the rewards order the same way, a
-    tie counting one half, and the number of such pairs; None when there are none."""
+def correct_or_wrong(grades: list[int]) -> list[float | None]:
+    """1 for a plainly correct answer (grade 4), 0 for a confidently wrong one (grade 0), None for the others: the
+    contrast the offline Bradley-Terry pairs and RewardBench-style rows are made of."""
+    return [1.0 if grade == 4 else 0.0 if grade == 0 else None for grade in grades]
+
+
+def rank_agreement(
+    groups: list[dict], rewards: list[list[float | None]], truth: str = "rule_scores"
+) -> tuple[float | None, int]:
+    """The share of decided pairs (their `truth` values differ, both rewarded; a None truth decides nothing) that
+    the rewards order the same way, a tie counting one half, and the number of such pairs; None when there are
+    none."""
     agreed, decided = 0.0, 0
     for group, scores in zip(groups, rewards, strict=True):
-        rule = group["rule_scores"]
+        rule = group[truth]
         for i in range(len(rule)):
             for j in range(i + 1, len(rule)):
-                if rule[i] == rule[j] or scores[i] is None or scores[j] is None:
+                if None in (rule[i], rule[j], scores[i], scores[j]) or rule[i] == rule[j]:
                     continue
                 decided += 1
                 difference = (scores[i] - scores[j]) * (rule[i] - rule[j])
@@ -161,6 +173,7 @@ async def post_groups(url: str, bodies: list[dict], calls: int) -> tuple[float, 
 def run_figures(groups: list[dict], answers: list[dict], wall: float) -> dict:
     rewards = [[reward["score"] for reward in answer["rewards"]] for answer in answers]
     agreement, decided = rank_agreement(groups, rewards)
+    contrast, contrasted = rank_agreement(groups, rewards, "correct_or_wrong")
     comparisons = sum(answer["comparisons_run"] for answer in answers)
     consistency = [
         (answer["metadata"]["position_consistency"], answer["comparisons_run"])
@@ -173,6 +186,8 @@ def run_figures(groups: list[dict], answers: list[dict], wall: float) -> dict:
         "completions_per_s": round(sum(map(len, rewards)) / wall, 3),
         "comparisons": comparisons,
         "rank_agreement": None if agreement is None else round(agreement, 4),
+        "correct_over_wrong": None if contrast is None else round(contrast, 4),
+        "correct_wrong_pairs": contrasted,
         "reward_by_grade": rewards_by_grade(groups, rewards),
         "decided_pairs": decided,
         "failed_comparisons": sum(r["failed"] for a in answers for r in a["rewards"]) // 2,
@@ -212,9 +227,16 @@ def summarized(runs: dict) -> list[dict]:
         summaries = {}
         for method, method_runs in by_method.items():
             summary = summarize_runs(method_runs, keys)
-            agreements = present(method_runs, "rank_agreement")
-            summary["rank_agreement"] = spread(agreements) if agreements else None
-            for key in ("decided_pairs", "failed_comparisons", "unrewarded_completions", "comparisons"):
+            for key in ("rank_agreement", "correct_over_wrong"):
+                measured = present(method_runs, key)
+                summary[key] = spread(measured) if measured else None
+            for key in (
+                "decided_pairs",
+                "correct_wrong_pairs",
+                "failed_comparisons",
+                "unrewarded_completions",
+                "comparisons",
+            ):
                 summary[key] = sum(run[key] for run in method_runs)
             summary["mean_reward_by_grade"] = pooled_means([run["reward_by_grade"] for run in method_runs])
             consistency = present(method_runs, "position_consistency")
@@ -250,6 +272,8 @@ def report(results: list[dict], config: dict) -> str:
             f"{result['completions_per_s_vs_all_pairs']:.2f}x",
             median_and_range(result["rank_agreement"], 3) if result["rank_agreement"] else "-",
             result["decided_pairs"],
+            median_and_range(result["correct_over_wrong"], 3) if result["correct_over_wrong"] else "-",
+            result["correct_wrong_pairs"],
             f"{result['failed_comparisons']} of {result['comparisons']} / {result['unrewarded_completions']}",
             "-" if result["position_consistency"] is None else f"{result['position_consistency']:.1%}",
         ]
@@ -264,6 +288,8 @@ def report(results: list[dict], config: dict) -> str:
         "vs all_pairs (medians)",
         "rank agreement with the rule: median (min-max)",
         "rule-decided pairs",
+        "correct (grade 4) over wrong (grade 0): median (min-max)",
+        "such pairs",
         "failed comparisons / unrewarded completions",
         "position consistency",
     ]
@@ -284,7 +310,9 @@ def report(results: list[dict], config: dict) -> str:
         f"{config['repetitions_done']} repetitions, the schedules interleaved at every group size.\n\n"
         + markdown_table(headers, rows)
         + "\n\nMean reward of the completions of each grade (all runs pooled; rule: grades 4 and 3 right, 0 and 1 "
-        "wrong, 2 right only where the value it names last is the right one):\n\n" + markdown_table(grade_headers, grade_rows) + f"\n\n{load_averages(runs)}\n"
+        "wrong, 2 right only where the value it names last is the right one):\n\n"
+        + markdown_table(grade_headers, grade_rows)
+        + f"\n\n{load_averages(runs)}\n"
     )
 
 

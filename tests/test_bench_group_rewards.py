@@ -62,6 +62,12 @@ def test_rank_agreement_counts_only_the_pairs_the_rule_decides():
     assert bench.rank_agreement(groups[1:], [[0.1, 0.9]]) == (None, 0)
 
 
+def test_correct_over_wrong_compares_only_plainly_correct_and_wrong_answers():
+    groups = [{"correct_or_wrong": bench.correct_or_wrong([4, 3, 0, 1, 0])}]
+    assert groups[0]["correct_or_wrong"] == [1.0, None, 0.0, None, 0.0]
+    assert bench.rank_agreement(groups, [[0.6, 0.9, 0.5, 0.9, 0.7]], "correct_or_wrong") == (0.5, 2)
+
+
 def test_rewards_are_summed_by_grade_leaving_out_the_unrewarded():
     groups = [{"grades": [4, 0, 0]}, {"grades": [4, 1]}]
     totals = bench.rewards_by_grade(groups, [[0.75, 0.25, None], [0.25, 0.5]])
@@ -106,4 +112,5 @@ def test_the_smoke_run_interleaves_the_schedules_and_scores_every_group(tiny_sca
         for run in method["runs"]:
             assert run["completions_per_s"] > 0 and run["load_average_1min"] >= 0
             assert run["decided_pairs"] == 0 or 0.0 <= run["rank_agreement"] <= 1.0
+            assert run["correct_wrong_pairs"] == 0 or 0.0 <= run["correct_over_wrong"] <= 1.0
     assert all_pairs["decided_pairs"] > 0
