@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -49,10 +50,12 @@ def stop_descendants(grace_s: float = GRACE_S, give_up_s: float = GIVE_UP_S) -> 
     `give_up_s` passed); dead children are reaped."""
     started = time.monotonic()
     signalled: set[int] = set()
+    tracker = _resource_tracker_pid()
     while time.monotonic() - started < give_up_s:
         _reap()
-        alive = descendants(os.getpid())
+        alive = descendants(os.getpid()) - {tracker}
         if not alive:
+            _stop_resource_tracker()
             return
         late = time.monotonic() - started > grace_s
         for pid in alive if late else alive - signalled:
@@ -60,6 +63,19 @@ def stop_descendants(grace_s: float = GRACE_S, give_up_s: float = GIVE_UP_S) -> 
                 os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
         signalled |= alive
         time.sleep(0.1)
+
+
+def _resource_tracker_pid() -> int | None:
+    """multiprocessing's resource tracker of this process (vLLM starts one), if it runs. It ignores SIGTERM and
+    SIGINT: it stops when the processes using it are gone and this one closes its pipe, first removing what they
+    left behind (shared memory, semaphores). Killed instead, it would leave those."""
+    return getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def _stop_resource_tracker() -> None:
+    """Closes this process's end of the tracker's pipe and waits while the tracker cleans up and exits."""
+    with contextlib.suppress(AttributeError, OSError):  # no tracker, or one already reaped
+        resource_tracker._resource_tracker._stop()
 
 
 def _reap() -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ from serving.judges.vllm_backend import (
     engine_settings,
 )
 from tests.conftest import REPO_ROOT
-from tests.frameworks.test_vllm_serving import processes_in_group
+from tests.support.servers import processes_in_group
 
 
 def test_auto_picks_transformers_where_vllm_cannot_be_imported_and_says_why(tiny_scalar_judge_dir):
@@ -110,3 +111,40 @@ def test_a_stopped_server_leaves_no_descendant(signum):
     finally:
         subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
         process.wait(30)
+
+
+# A process that stops on signals as the server does, holding a shared memory segment nobody removes: what a
+# stopped vLLM engine can leave to the server's multiprocessing resource tracker.
+LEAVES_SHARED_MEMORY = """
+import sys, time
+from multiprocessing import shared_memory
+from serving.process_tree import stop_on_signals
+stop_on_signals()
+segment = shared_memory.SharedMemory(name=sys.argv[1], create=True, size=4096)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_stop_lets_the_resource_tracker_remove_what_was_left_behind():
+    """The tracker ignores SIGTERM: killed after the grace period, it would leave the segment in /dev/shm."""
+    name = f"judge-test-{os.getpid()}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", LEAVES_SHARED_MEMORY, name],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the tracker's warning about the segment it removes
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        assert (Path("/dev/shm") / name).exists()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert processes_in_group(process.pid) == []
+        assert not (Path("/dev/shm") / name).exists()
+    finally:
+        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
+        process.wait(30)
+        (Path("/dev/shm") / name).unlink(missing_ok=True)

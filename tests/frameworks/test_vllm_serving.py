@@ -35,7 +35,7 @@ from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.models import verl_checkpoint
-from tests.support.servers import start_server
+from tests.support.servers import processes_in_group, start_server, started_together
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_hardening import wait_for_queue_depth
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
@@ -158,19 +158,8 @@ def vllm_servers(judge_dirs, tmp_path_factory):
             )
         return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
 
-    with ThreadPoolExecutor(len(judge_dirs)) as pool:
-        futures = {name: pool.submit(start, name) for name in judge_dirs}
-        servers = {}
-        try:
-            servers = {name: future.result() for name, future in futures.items()}
-        finally:
-            started = [future.result() for future in futures.values() if future.exception() is None]
-            if len(started) < len(futures):
-                for server in started:
-                    server.stop()
-    yield servers
-    for server in servers.values():
-        server.stop()
+    with started_together(list(judge_dirs), start) as servers:
+        yield servers
     shutil.rmtree(ray_dir, ignore_errors=True)
 
 
@@ -369,20 +358,6 @@ def test_group_relative_rewards_match_the_transformers_backend(vllm_servers, tra
     for served, reward in zip(answer.json()["rewards"], expected, strict=True):
         assert served["score"] == pytest.approx(reward.score, abs=TOLERANCE) and served["comparisons"] == 3
     assert expected[0].score == pytest.approx((0.5 + 0.8 + 0.8) / 3)  # good beats bad 0.8, ties good 0.5
-
-
-def processes_in_group(group: int) -> list[str]:
-    """`pid command` of every live process of a process group (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        state, _, process_group = text.rsplit(")", 1)[1].split()[:3]
-        if int(process_group) == group and state != "Z":
-            found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
-    return found
 
 
 def test_sigterm_answers_the_request_in_flight_and_leaves_no_engine_process(vllm_servers):

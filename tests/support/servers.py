@@ -111,21 +111,37 @@ def _healthy(url: str) -> bool:
 @contextmanager
 def started_together(names: Sequence[str], start: Callable[[str], RunningServer]) -> Iterator[dict[str, RunningServer]]:
     """`start(name)` for every name at once (their start-ups overlap), by name; all stopped on exit, and the
-    started ones stopped when another fails to start."""
+    started ones stopped when another fails to start. They stop at once too (each stop waits for its engine)."""
     with ThreadPoolExecutor(len(names)) as pool:
         futures = {name: pool.submit(start, name) for name in names}
         try:
             running = {name: future.result() for name, future in futures.items()}
         except Exception:
-            for future in futures.values():
-                if future.exception() is None:
-                    future.result().stop()
+            stop_all([future.result() for future in futures.values() if future.exception() is None])
             raise
     try:
         yield running
     finally:
-        for server in running.values():
-            server.stop()
+        stop_all(list(running.values()))
+
+
+def stop_all(servers: Sequence[RunningServer]) -> None:
+    with ThreadPoolExecutor(max(len(servers), 1)) as pool:
+        list(pool.map(RunningServer.stop, servers))
+
+
+def processes_in_group(group: int) -> list[str]:
+    """`pid command` of every live process of a process group (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        state, _, process_group = text.rsplit(")", 1)[1].split()[:3]
+        if int(process_group) == group and state != "Z":
+            found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
+    return found
 
 
 def batch_judge(server: RunningServer, requests: list[dict], timeout_s: float = 300) -> list[dict]:
