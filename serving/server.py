@@ -1,5 +1,5 @@
-"""The standalone judge server: `python -m serving --model PATH` loads the judge, then serves the HTTP API
-with uvicorn; a dynamic batcher feeds the model from one worker thread."""
+"""The standalone judge server: `python -m serving --model PATH` takes its port, loads the judge, then serves the
+HTTP API with uvicorn; a dynamic batcher feeds the model from one worker thread."""
 
 from __future__ import annotations
 
@@ -85,9 +85,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         stop_descendants()
 
 
+def bind_or_exit(http_config: HttpConfig) -> socket.socket:
+    """The server's socket, bound before the judge loads: a port in use stops the start at once, not after minutes
+    of loading, and nothing the engine starts meanwhile can take the port."""
+    family = socket.AF_INET6 if ":" in http_config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((http_config.host, http_config.port))
+    except OSError as err:
+        sock.close()
+        raise SystemExit(f"cannot listen on {http_config.host}:{http_config.port} (--host, --port): {err}") from err
+    return sock
+
+
 def serve(judge_config: JudgeConfig, serving_config: ServingConfig, http_config: HttpConfig) -> None:
     import uvicorn
 
+    sock = bind_or_exit(http_config)
     judge = load_or_exit(judge_config)
     app = build_local_app(judge, serving_config)
     identity = judge.identity
@@ -100,4 +115,5 @@ def serve(judge_config: JudgeConfig, serving_config: ServingConfig, http_config:
     )
     # uvicorn answers the requests it holds on SIGTERM or SIGINT, then re-raises the signal to the handler found
     # at start, stop_on_signals's: it stops the engine's processes and exits (0 for SIGTERM, as Ray Serve's server).
-    uvicorn.run(app, host=http_config.host, port=http_config.port, log_level=http_config.log_level)
+    config = uvicorn.Config(app, host=http_config.host, port=http_config.port, log_level=http_config.log_level)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import importlib.util
 import itertools
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from serving.batching import DynamicBatcher, QueueFull, score_isolating_failures
 from serving.config import JudgeConfig, ServingConfig
 from serving.judges import BackendUnavailable, ComparisonItem, JudgeItem, Verdict, load_judge
 from serving.judges.base import length_groups
-from serving.server import parse_arguments
+from serving.server import parse_arguments, serve
 from tests.support.models import save_successor_judge
 
 RIGGED_ANSWER = "<think>ok</think><score>3</score>"
@@ -72,6 +73,17 @@ def test_invalid_flags_are_refused_with_the_reason(argv, message, capsys):
     with pytest.raises(SystemExit):
         parse_arguments(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_port_in_use_stops_the_start_before_the_judge_loads():
+    """The port first: no model is at this path, so an error about the model would mean it loaded first."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        configs = parse_arguments(["--model", "/nonexistent/judge", "--port", str(port)])
+        with pytest.raises(SystemExit, match=rf"cannot listen on 127.0.0.1:{port} \(--host, --port\): .*in use"):
+            serve(*configs)
 
 
 # ---- padding-aware grouping ----------------------------------------------------------------------------
