@@ -27,7 +27,6 @@ def smollm2(tmp_path_factory):
     subprocess.run(
         [sys.executable, "-m", "data_prep", "base-model", "smollm2", "--out", str(out)], check=True, cwd=REPO_ROOT
     )
-    torch.set_num_threads(2)
     return AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).eval()
 
 
