@@ -34,7 +34,7 @@ PYTEST  := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-r
 # frameworks/environments.py, locked in frameworks/locks/ with the same uv pip compile, created in .envs/.
 FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) frameworks/environments.py
 
-.PHONY: setup torch-cpu lock lint test test-fast demo clean-venv frameworks framework-lock framework-test vllm-env
+.PHONY: setup torch-cpu lock lint test test-main test-fast demo clean-venv frameworks framework-lock framework-test vllm-env
 
 setup: $(STAMP)
 
@@ -93,10 +93,14 @@ lint: setup
 		| xargs -0 sh -c 'for path; do [ -e "$$path" ] && printf "%s\0" "$$path"; done' existing \
 		| xargs -0 $(VENV)/bin/shellcheck --external-sources --source-path=SCRIPTDIR
 
-# The whole suite, with its 30 slowest tests listed at the end.
+# The whole suite: the main environment's tests (their 30 slowest listed at the end) and, beside them, the framework
+# environments' (much of their time is spent waiting on engines and servers to start and stop). Each prints its
+# output whole once it ends.
 test: lint
+	$(MAKE) --no-print-directory --jobs=2 --output-sync=target test-main framework-test
+
+test-main: setup
 	$(PYTEST) --durations=30 $(PYTEST_ARGS)
-	$(FRAMEWORKS) test
 
 # The inner loop: every test not marked e2e (no verl run, Ray cluster or model training).
 test-fast: setup
