@@ -73,8 +73,10 @@ def _resource_tracker_pid() -> int | None:
 
 
 def _stop_resource_tracker() -> None:
-    """Closes this process's end of the tracker's pipe and waits while the tracker cleans up and exits."""
-    with contextlib.suppress(AttributeError, OSError):  # no tracker, or one already reaped
+    """Closes this process's end of the tracker's pipe and waits while the tracker cleans up and exits. Where it
+    cannot (no tracker, one already reaped, a signal that came while this thread was using it), the pipe closes
+    when this process exits."""
+    with contextlib.suppress(AttributeError, OSError, RuntimeError):
         resource_tracker._resource_tracker._stop()
 
 
