@@ -47,6 +47,7 @@ from benchmarks.common import (
     RESULTS_DIR,
     RunLog,
     add_ratios,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -389,6 +390,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     args = parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         if args.base_model:

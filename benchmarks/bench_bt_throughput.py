@@ -53,7 +53,15 @@ import numpy as np
 import pandas as pd
 from torch.utils.data import DistributedSampler
 
-from benchmarks.common import RESULTS_DIR, RunLog, add_ratios, markdown_table, summarize_runs, write_results
+from benchmarks.common import (
+    RESULTS_DIR,
+    RunLog,
+    add_ratios,
+    exit_on_sigterm,
+    markdown_table,
+    summarize_runs,
+    write_results,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO_ROOT / "cookbooks" / "training_judge_model" / "bradley-terry" / "run_bt_rm.sh"
@@ -597,6 +605,7 @@ def setup_arguments(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--base-model", required=True, type=Path, help="HF causal LM directory (a 1-label head is added)"

@@ -31,6 +31,7 @@ from benchmarks.common import (
     RESULTS_DIR,
     RunLog,
     add_ratios,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -154,6 +155,7 @@ def report(results: dict, args) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-model", required=True, help="a causal LM directory (e.g. SmolLM2-135M-Instruct)")
     parser.add_argument("--rows", type=int, default=16, help="prompts generated together")

@@ -52,6 +52,7 @@ from benchmarks.common import (
     RunLog,
     add_ratios,
     chosen_sizes,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -321,6 +322,7 @@ def _cell(value: float | None) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--judge", type=Path, required=True, help="a judge that compares: pairwise or scalar export")
     parser.add_argument("--data", type=Path, required=True, help="offline policy parquet (data/policy/val.parquet)")

@@ -36,6 +36,7 @@ from benchmarks.common import (
     RunLog,
     add_ratios,
     chosen_sizes,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -181,6 +182,7 @@ def report(results: dict, config: dict) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     judge = parser.add_mutually_exclusive_group()
     judge.add_argument("--judge", type=Path, help="a scalar judge's directory (default: SmolLM2-135M, fresh head)")

@@ -56,6 +56,7 @@ from benchmarks.common import (
     RunLog,
     add_ratios,
     chosen_sizes,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -430,6 +431,7 @@ def traffic_sizes(args: argparse.Namespace, defaults: dict, smoke: dict) -> dict
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     judge = parser.add_mutually_exclusive_group(required=True)
     judge.add_argument("--judge", type=Path, help="the scalar judge's directory (e.g. make demo's runs/demo/bt/hf)")

@@ -41,6 +41,7 @@ from benchmarks.common import (
     RunLog,
     add_ratios,
     chosen_sizes,
+    exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
@@ -230,6 +231,7 @@ def report(results: list[dict], config: dict) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-model", required=True, help="HF causal LM directory the scalar judge is built from")
     parser.add_argument("--smoke", action="store_true", help=f"small sizes for a quick check: {SMOKE}")

@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -18,6 +19,13 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = RESULTS_DIR.parents[1]
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a scheduler's stop) ends the run as Ctrl-C does, through its `with` and `finally`
+    blocks: the judge servers it started, each in a session of its own that no signal to this process reaches,
+    are stopped and its other children killed, instead of outliving it."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def machine() -> dict:

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 from hypothesis import strategies as st
 
-from benchmarks.common import markdown_table, write_results
+from benchmarks.common import exit_on_sigterm, markdown_table, write_results
 from benchmarks.fuzz_client import fuzz_client
 from benchmarks.fuzz_parsers import JSON_VALUES, fuzz_parsers
 from benchmarks.reliability import (
@@ -610,6 +610,7 @@ def _violation_lines(run: dict) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--judges", nargs="+", choices=["rule", "scalar"], default=["rule", "scalar"])
     parser.add_argument("--http-examples", type=int, default=3000, help="requests per judge server")

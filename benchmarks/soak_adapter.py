@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import markdown_table, write_results
+from benchmarks.common import exit_on_sigterm, markdown_table, write_results
 from benchmarks.reliability import (
     RestartableJudge,
     judge_server_args,
@@ -405,6 +405,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     args = parse_args()
 
     before = load_average()

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.common import markdown_table, write_results
+from benchmarks.common import exit_on_sigterm, markdown_table, write_results
 from benchmarks.reliability import RestartableJudge, judge_server_args, load_average, tiny_model, tiny_scalar_judge
 from data_prep import offline
 from tests.grpo_recipe import POLICY_LAUNCHER, kill_group, launcher_env, processes_mentioning
@@ -191,6 +191,7 @@ def _rounded(value: float | None) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps")
     parser.add_argument("--kill-after-step", type=int, default=1, help="kill -9 the judge once this step's dump exists")

@@ -85,7 +85,11 @@ def start_server(
         # Own session: the server and anything it spawns (Ray) can be killed as one group.
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
-    _wait_until_ready(server, startup_timeout_s)
+    try:
+        _wait_until_ready(server, startup_timeout_s)
+    except BaseException:  # a server that never became ready, or a caller stopped while it waited: not left running
+        server.stop()
+        raise
     return server
 
 
@@ -97,7 +101,6 @@ def _wait_until_ready(server: RunningServer, timeout_s: float) -> None:
         if READY_LINE in server.log() and _healthy(server.url):
             return
         time.sleep(0.2)
-    server.stop()
     raise TimeoutError(f"the judge server was not ready within {timeout_s:.0f} s:\n{server.log()[-4000:]}")
 
 
