@@ -4,12 +4,14 @@ tests/frameworks/test_vllm_defaults.py), and a stop that takes every process the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,13 +96,28 @@ time.sleep(300)
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_server_leaves_no_descendant(signum):
+@contextlib.contextmanager
+def ready_process(script: str, *args: str, stderr=None) -> Iterator[subprocess.Popen]:
+    """`python -c script *args` in a session of its own, once it prints "ready"; its whole group killed after."""
     process = subprocess.Popen(
-        [sys.executable, "-c", TREE], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", script, *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert process.stdout.readline().strip() == "ready"
+        yield process
+    finally:
+        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
+        process.wait(30)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_server_leaves_no_descendant(signum):
+    with ready_process(TREE) as process:
         deadline = time.monotonic() + 30
         while len(processes_in_group(process.pid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -108,9 +125,6 @@ def test_a_stopped_server_leaves_no_descendant(signum):
         process.send_signal(signum)
         assert process.wait(30) == (0 if signum == signal.SIGTERM else 128 + signum)
         assert processes_in_group(process.pid) == []
-    finally:
-        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
-        process.wait(30)
 
 
 # A process that stops on signals as the server does, holding a shared memory segment nobody removes: what a
@@ -128,23 +142,14 @@ time.sleep(300)
 
 def test_a_stop_lets_the_resource_tracker_remove_what_was_left_behind():
     """The tracker ignores SIGTERM: killed after the grace period, it would leave the segment in /dev/shm."""
-    name = f"judge-test-{os.getpid()}"
-    process = subprocess.Popen(
-        [sys.executable, "-c", LEAVES_SHARED_MEMORY, name],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,  # the tracker's warning about the segment it removes
-        text=True,
-        start_new_session=True,
-    )
+    segment = Path("/dev/shm") / f"judge-test-{os.getpid()}"
     try:
-        assert process.stdout.readline().strip() == "ready"
-        assert (Path("/dev/shm") / name).exists()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
-        assert processes_in_group(process.pid) == []
-        assert not (Path("/dev/shm") / name).exists()
+        # stderr: the tracker's warning about the segment it removes
+        with ready_process(LEAVES_SHARED_MEMORY, segment.name, stderr=subprocess.DEVNULL) as process:
+            assert segment.exists()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+            assert processes_in_group(process.pid) == []
+            assert not segment.exists()
     finally:
-        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
-        process.wait(30)
-        (Path("/dev/shm") / name).unlink(missing_ok=True)
+        segment.unlink(missing_ok=True)
