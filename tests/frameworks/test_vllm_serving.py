@@ -13,8 +13,8 @@ scalar` (calibrated on validation pairs) and the multi-attribute one by `python 
 measured on rated validation conversations), both made in the training environment; the generative ones are
 SFT / GRPO exports (`export_causal_lm`) of scripted models. No training runs here: the checkpoints hold
 untrained or scripted weights. The four vLLM servers (the multi-attribute judge's on Ray Serve, two replicas,
-each with its own engine) start once, together, for the whole module (an engine takes tens of seconds to
-start), eager (compiling the model would take a minute more)."""
+each with its own engine) start once for the whole module (an engine takes tens of seconds to start), together
+(the three others once the Ray-served one's Ray is up), eager (compiling the model would take a minute more)."""
 
 from __future__ import annotations
 
@@ -156,11 +156,23 @@ def vllm_servers(judge_dirs, tmp_path_factory):
             return start_server(
                 args, logs / f"{name}.log", "serving.ray_serve", 420, env={**env, "RAY_TMPDIR": ray_dir}
             )
+        wait_for_local_ray(logs / f"{RAY_SERVED}.log")
         return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
 
     with started_together(list(judge_dirs), start) as servers:
         yield servers
     shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def wait_for_local_ray(log: Path, timeout_s: float = 120) -> None:
+    """Until the Ray-served judge's local Ray is up (or it failed, or `timeout_s`). Ray gives its raylet a fixed
+    30 s to register, which three vLLM engines starting beside it on a busy 2-core machine once outlasted."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Started a local Ray instance" in text or "Traceback" in text:
+            return
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
