@@ -4,8 +4,9 @@ the reward adapter's fallback both call `score_answer`, so a rule reward means t
 The rule looks for ONE final answer in the completion, in this order: the last ``\\boxed{...}`` (also
 the bare ``boxed{...}`` some models write, e.g. ``**boxed{4}**``), then the last "answer is X" /
 "Answer: X" statement, then a type-specific fallback (the last number, a lone choice letter, a yes/no
-first word, the whole text). A hedge such as "A or B" or ``\\boxed{3 or 4}`` is not an answer, and the
-rule never rewards a completion merely for containing the reference somewhere.
+first word; for text, the whole text or the claim that ends the last sentence, "... is X."). A hedge such as
+"A or B" or ``\\boxed{3 or 4}`` is not an answer, and the rule never rewards a completion merely for
+containing the reference somewhere.
 
 Answer types: NUMBER, MATH_EXPRESSIONS (math-verify: parse + verify), MULTIPLE_CHOICE, BOOLEAN,
 TEXT (normalized exact match). With `answer_type=None` the type is inferred from the reference. A number
@@ -341,17 +342,30 @@ def normalize_text(text: str) -> str:
     return text.strip(" .,:;!?\"'()[]$")
 
 
+def _final_claim(completion: str) -> str | None:
+    """What follows the last "is" / "are" of the completion's last sentence ("The capital of Spain is Madrid."
+    claims "Madrid"), if that sentence has one."""
+    lines = [line for line in completion.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    last_sentence = re.split(r"(?<=[.!?])\s+", lines[-1].strip())[-1]
+    matches = list(re.finditer(r"\b(?:is|are)\s+(.+)", last_sentence, flags=re.IGNORECASE))
+    return matches[-1].group(1) if matches else None
+
+
 def _score_text(completion: str, reference: str, note: str = "TEXT: ") -> RuleScore:
     boxed = last_boxed(completion)
     statement = _answer_statement(completion)
-    candidate, where = (
-        (boxed, "boxed")
-        if boxed is not None
-        else (statement, "answer statement")
-        if statement
-        else (completion, "whole completion")
-    )
-    same = normalize_text(candidate) == normalize_text(reference)
+    if boxed is not None:
+        candidates = [(boxed, "boxed")]
+    elif statement:
+        candidates = [(statement, "answer statement")]
+    else:  # a text answer may be the whole completion ("Paris") or its closing claim ("It is Paris.")
+        claim = _final_claim(completion)
+        candidates = [(completion, "whole completion")] + ([(claim, "final claim")] if claim else [])
+    matching = [c for c in candidates if normalize_text(c[0]) == normalize_text(reference)]
+    candidate, where = (matching or candidates)[-1]
+    same = bool(matching)
     verdict = "matches" if same else "differs from"
     return RuleScore(float(same), f"{note}{where} {candidate[:60]!r} {verdict} reference {reference[:60]!r}", TEXT)
 

@@ -150,7 +150,14 @@ def test_boolean(completion, answer, expected):
         ("\\boxed{\\text{Paris}}", "Paris", 1.0),
         ("the Eiffel Tower", "Eiffel tower", 1.0),
         ("Paris, Rome, Berlin, London", "Paris", 0.0),  # containing the reference is not enough
-        ("It is Paris", "Paris", 0.0),
+        ("It is Paris", "Paris", 1.0),  # the claim that ends the last sentence
+        ("The capital of Spain is Madrid.", "Madrid", 1.0),
+        ("The opposite of hot is cold.\nThe opposite of cold is hot.", "cold", 0.0),  # the last claim counts
+        ("The capital of Spain is Madrid. It is a big city.", "Madrid", 0.0),
+        ("The capital of Spain is not Madrid.", "Madrid", 0.0),
+        ("The capital of Spain is Madrid or Barcelona.", "Madrid", 0.0),
+        ("Madrid is the capital of Spain.", "Madrid", 0.0),  # only what follows "is" is claimed
+        ("This is Sparta", "This is Sparta", 1.0),  # still the whole text
     ],
 )
 def test_text(completion, answer, expected):
