@@ -71,7 +71,11 @@ class Example:
 
     @property
     def origin(self) -> outputs.RowOrigin:
-        return outputs.RowOrigin(f"{self.category}/{self.fact.key}", self.category, "offline")
+        return origin(self.category, self.fact)
+
+
+def origin(category: str, fact: Fact) -> outputs.RowOrigin:
+    return outputs.RowOrigin(f"{category}/{fact.key}", category, "offline")
 
 
 def answer_type(answer: str) -> str:
@@ -141,12 +145,16 @@ def _round_robin(streams: list[Iterator], count: int, what: str) -> list:
     return taken
 
 
-def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator[dict]:
-    """One RewardBench 2 row per fact: a drawn phrasing, the good answer and 3 distinct flawed ones."""
+def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator[tuple[dict, dict]]:
+    """One RewardBench 2 row per fact (a drawn phrasing, the good answer and 3 distinct flawed ones), with
+    the policy's held-out row of the same question."""
     for fact in facts:
         phrasing = rng.choice(fact.phrasings)
         rejected = [fact.statement(phrasing, wrong) for wrong in rng.sample(fact.wrong, FLAWED_PER_EVAL_PROMPT)]
-        yield outputs.rb2_row(
+        policy_row = outputs.policy_row(
+            DATA_SOURCE_POLICY, fact.question(phrasing), fact.answer, answer_type(fact.answer), origin(category, fact)
+        )
+        eval_row = outputs.rb2_row(
             f"offline/{category}/{fact.key}",
             fact.question(phrasing),
             [fact.statement(phrasing, fact.answer)],
@@ -156,6 +164,7 @@ def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator
             {"category": category, "fact": fact.key},
             reference_answer(fact, phrasing),
         )
+        yield eval_row, policy_row
 
 
 def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> outputs.Summary:
@@ -167,7 +176,9 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
         _add_split(summary, split, _round_robin(streams, size, f"{split} pairs"), rng)
     rng = random.Random(f"{config.seed}/{EVAL}")
     streams = [_eval_rows(name, by_split[EVAL], rng) for name, by_split in facts.items()]
-    summary.add_eval(_round_robin(streams, config.eval_size, "eval prompts"))
+    eval_rows, policy_rows = zip(*_round_robin(streams, config.eval_size, "eval prompts"), strict=True)
+    summary.add_eval(list(eval_rows))
+    summary.add_split(outputs.POLICY, outputs.TEST, list(policy_rows))
     return summary.save()
 
 

@@ -6,6 +6,7 @@ Layout under an output directory (names are a contract with cookbooks/ and the e
   grpo/pointwise/{train,val}.parquet  verl RL rows whose prompt asks for a 0-4 score
   grpo/pairwise/{train,val}.parquet   verl RL rows whose prompt asks for A or B
   policy/{train,val}.parquet          verl RL rows of a policy (the plain question), rewarded by a judge
+  policy/test.parquet                 (offline only) the policy's held-out questions: the eval prompts' questions
   sft_judge_pointwise/{train,val}.parquet  messages: a pointwise judge prompt + a short judge-format answer
   sft_judge_pairwise/{train,val}.parquet   messages: a pairwise judge prompt + a short judge-format answer
   attributes/{train,val}.parquet      conversation (JSON message list) + one 0-4 float per attribute
@@ -38,6 +39,7 @@ ATTRIBUTES = "attributes"
 ATTRIBUTE_NAMES = judge_spec.HELPSTEER2_ATTRIBUTES
 EVAL_FILE = "eval/test.parquet"
 SPLITS = ("train", "val")
+TEST = "test"
 
 ABILITY = "judge"
 REWARD_STYLE = "rule"  # the reward compares the judge's parsed answer with the ground truth

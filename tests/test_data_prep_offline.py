@@ -236,7 +236,7 @@ def test_too_large_a_size_is_a_clear_error(tmp_path):
 def test_cli_writes_the_default_demo_dataset(tmp_path, capsys):
     cli.main(["offline", "--out", str(tmp_path)])
     first_line, *rest = capsys.readouterr().out.splitlines()
-    assert first_line == f"offline (seed 0): wrote 5744 rows under {tmp_path}"
+    assert first_line == f"offline (seed 0): wrote 5844 rows under {tmp_path}"
     assert rest == [
         "  attributes/train.parquet               720 rows",
         "  attributes/val.parquet                  80 rows",
@@ -247,6 +247,7 @@ def test_cli_writes_the_default_demo_dataset(tmp_path, capsys):
         "  grpo/pairwise/val.parquet               80 rows",
         "  grpo/pointwise/train.parquet           720 rows",
         "  grpo/pointwise/val.parquet              80 rows",
+        "  policy/test.parquet                    100 rows",
         "  policy/train.parquet                   377 rows",
         "  policy/val.parquet                      45 rows",
         "  sft/train.parquet                      377 rows",

@@ -1,4 +1,4 @@
-"""The offline policy dataset (`policy/{train,val}.parquet`): verl RL rows of a policy whose reward comes
+"""The offline policy dataset (`policy/{train,val,test}.parquet`): verl RL rows of a policy whose reward comes
 from a judge through judge_rewards.verl_reward. Row by row, split by fact, deterministic, loaded by verl
 0.6.1's RLHFDataset, and carrying what the reward adapter reads."""
 
@@ -16,7 +16,7 @@ from tests.support.servers import free_port
 from tests.test_data_prep_offline import QUESTIONS
 
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
-POLICY_FILES = [outputs.split_file(outputs.POLICY, split) for split in outputs.SPLITS]
+POLICY_FILES = [outputs.split_file(outputs.POLICY, split) for split in (*outputs.SPLITS, outputs.TEST)]
 EXTRA_INFO_KEYS = ["split", "index", "prompt_id", "subset", "source", "question", "answer_type"]
 
 
@@ -131,6 +131,18 @@ def test_split_by_fact_no_val_or_eval_fact_in_train(small):
     }
     assert train and val
     assert not train & val and not train & eval_facts and not val & eval_facts
+
+
+def test_the_held_out_questions_are_the_eval_prompts(small):
+    """policy/test.parquet asks the eval set's questions, in its order: facts no judge and no policy trained on."""
+    test = read(small, "policy/test.parquet")
+    evaluated = read(small, outputs.EVAL_FILE)
+    assert [row["extra_info"]["question"] for row in test] == [row["prompt"] for row in evaluated]
+    for row in test:
+        category, fact, _ = QUESTIONS[row["extra_info"]["question"]]
+        assert row["reward_model"]["ground_truth"] == fact.answer
+        assert row["extra_info"]["prompt_id"] == f"{category}/{fact.key}"
+        assert row["extra_info"]["split"] == "test"
 
 
 def test_same_seed_gives_identical_files_and_another_seed_differs(small, tmp_path):
