@@ -46,6 +46,19 @@ class Tuning:
         require(self.steps > 0, "steps must be positive")
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """Several things at once."""
+
+    paths: list[str] = option(REQUIRED, "one or more paths", positional=True)
+    ports: list[int] = option(REQUIRED, "ports to try")
+
+
+def test_a_list_setting_takes_one_or_more_typed_values():
+    assert parse_configs("prog", None, (Inputs,), ["a", "--ports", "1"])[0] == Inputs(["a"], [1])
+    assert parse_configs("prog", None, (Inputs,), ["a", "b", "--ports", "1", "2"])[0] == Inputs(["a", "b"], [1, 2])
+
+
 def help_of(config_class: type) -> dict[str, str]:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser, config_class)
