@@ -1,16 +1,18 @@
-"""Pictures of a policy run's rewards from verl's rollout dumps: `python -m evaluation.reward_plots DIR --out OUT`.
+"""Pictures of a policy run's rewards from verl's rollout dumps: `python -m evaluation.reward_plots DIR [DIR ...]
+--out OUT`.
 
 DIR is verl's `trainer.rollout_data_dir` or `trainer.validation_data_dir`: one `<step>.jsonl` per step, each row
-{input, output, gts, score, step, ...reward extra info} (verl 0.6.1's `RayPPOTrainer._dump_generations`). It
-writes three PNGs into OUT:
+{input, output, gts, score, step, ...reward extra info} (verl 0.6.1's `RayPPOTrainer._dump_generations`). Several
+DIRs are runs of the same settings with other seeds. It writes three PNGs into OUT:
 
-    reward_histogram.png   the reward distribution of each step (one line per step)
+    reward_histogram.png   the reward distribution of each step (one line per step; every run's answers)
     reward_vs_length.png   each answer's reward against its length in characters, coloured by step
     judge_vs_rules.png     per step, the judge's mean reward and the rule scorer's accuracy against the reference
                            answers (`gts`, judge_rewards.rules; rows without a reference the rules can score are
-                           left out and counted); from validation_data_dir, the held-out curves
+                           left out and counted): each run's curve, and with several runs their mean and range;
+                           from validation_data_dir, the held-out curves
 
-matplotlib comes with the `eval` extra.
+and prints the same figures per step and run. matplotlib comes with the `eval` extra.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ OUTPUTS = ("reward_histogram.png", "reward_vs_length.png", "judge_vs_rules.png")
 
 @dataclasses.dataclass
 class RewardPlotsConfig:
-    rollout_dir: str = option(
-        REQUIRED, "verl's rollout_data_dir or validation_data_dir (<step>.jsonl files)", positional=True
+    rollout_dirs: list[str] = option(
+        REQUIRED,
+        "verl's rollout_data_dir or validation_data_dir (<step>.jsonl files); several: the same run with other seeds",
+        positional=True,
     )
     out: str = option("reward_plots", "folder the PNGs are written to")
 
@@ -83,13 +87,14 @@ def per_step(rows: list[Row]) -> dict[int, list[Row]]:
     return dict(sorted(steps.items()))
 
 
-def draw(rows: list[Row], out: Path) -> list[Path]:
+def draw(runs: list[list[Row]], out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
+    rows = [row for run in runs for row in run]
     steps = per_step(rows)
     colours = plt.get_cmap("viridis")
     shade = {step: colours(i / max(1, len(steps) - 1)) for i, step in enumerate(steps)}
@@ -118,16 +123,60 @@ def draw(rows: list[Row], out: Path) -> list[Path]:
     _save(figure, out / OUTPUTS[1])
 
     figure, axes = plt.subplots(figsize=(7, 4))
-    numbers = list(steps)
-    axes.plot(
-        numbers, [statistics.fmean(r.reward for r in steps[s]) for s in numbers], marker="o", label="judge: mean reward"
-    )
-    axes.plot(numbers, [_rule_accuracy(steps[s]) for s in numbers], marker="s", label="rules: accuracy")
+    for label, marker, colour, figure_of in (
+        ("judge: mean reward", "o", "tab:blue", _mean_reward),
+        ("rules: accuracy", "s", "tab:orange", _rule_accuracy),
+    ):
+        _plot_runs(
+            axes,
+            [{step: figure_of(members) for step, members in per_step(run).items()} for run in runs],
+            label,
+            marker,
+            colour,
+        )
     checked = sum(r.rule_score is not None for r in rows)
     axes.set(xlabel="step", ylim=(0, 1), title=f"Judge against rules ({checked}/{len(rows)} answers rule-checkable)")
     axes.legend(fontsize="small")
     _save(figure, out / OUTPUTS[2])
     return [out / name for name in OUTPUTS]
+
+
+def _plot_runs(axes, curves: list[dict[int, float]], label: str, marker: str, colour: str) -> None:
+    """One run: its curve. Several: each faint, their mean, and their range shaded."""
+    if len(curves) == 1:
+        axes.plot(list(curves[0]), list(curves[0].values()), marker=marker, color=colour, label=label)
+        return
+    for curve in curves:
+        axes.plot(list(curve), list(curve.values()), marker=marker, color=colour, alpha=0.3)
+    shared = sorted(set.intersection(*(set(curve) for curve in curves)))
+    values = [[curve[step] for curve in curves] for step in shared]
+    axes.plot(
+        shared,
+        [statistics.fmean(v) for v in values],
+        marker=marker,
+        color=colour,
+        label=f"{label} (mean of {len(curves)} runs, range shaded)",
+    )
+    axes.fill_between(shared, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.2)
+
+
+def summary(runs: list[list[Row]], names: list[str]) -> list[str]:
+    """Per step and run: answers, the judge's mean reward and the rules' accuracy."""
+    width = max(map(len, names))
+    lines = [f"{'step':>4}  {'run':<{width}}  {'answers':>7}  {'judge mean':>10}  {'rule accuracy':>13}"]
+    for step in per_step([row for run in runs for row in run]):
+        for name, run in zip(names, runs, strict=True):
+            members = per_step(run).get(step)
+            if members:
+                lines.append(
+                    f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
+                    f"{_rule_accuracy(members):>13.3f}"
+                )
+    return lines
+
+
+def _mean_reward(members: list[Row]) -> float:
+    return statistics.fmean(r.reward for r in members)
 
 
 def _rule_accuracy(members: list[Row]) -> float:
@@ -146,10 +195,11 @@ def _save(figure, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     (config,) = parse_configs("python -m evaluation.reward_plots", __doc__, [RewardPlotsConfig], argv)
     try:
-        rows = read_rollouts(Path(config.rollout_dir))
+        runs = [read_rollouts(Path(directory)) for directory in config.rollout_dirs]
     except (OSError, ValueError) as err:
         raise SystemExit(f"reward_plots: {err}") from None
-    for path in draw(rows, Path(config.out)):
+    print("\n".join(summary(runs, config.rollout_dirs)))
+    for path in draw(runs, Path(config.out)):
         print(path)
 
 

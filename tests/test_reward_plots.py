@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,13 +17,14 @@ pytestmark = pytest.mark.e2e
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def dump_steps(directory) -> None:
-    """Two steps of rollouts in verl 0.6.1's own format: step 1 short and half right, step 2 long and half right."""
+def dump_steps(directory, shift: float = 0.0) -> None:
+    """Two steps of rollouts in verl 0.6.1's own format: step 1 short and half right, step 2 long and half right;
+    `shift` is added to every reward."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     for step, padding in ((1, ""), (2, " and so on" * 20)):
         outputs = [f"The answer is \\boxed{{{n}}}{padding}" for n in (4, 5, 4, 5)]
-        scores = [0.2, 0.1, 0.3, 0.2] if step == 1 else [0.9, 0.8, 1.0, 0.9]
+        scores = [score + shift for score in ((0.2, 0.1, 0.3, 0.2) if step == 1 else (0.9, 0.8, 1.0, 0.9))]
         trainer = SimpleNamespace(global_steps=step)
         extra = {"source": ["judge"] * 4}
         RayPPOTrainer._dump_generations(
@@ -46,6 +48,24 @@ def test_rollout_dumps_become_pictures(tmp_path):
         str(tmp_path / "png"),
     ]
     subprocess.run(command, check=True, cwd=REPO_ROOT)
+    for name in OUTPUTS:
+        assert (tmp_path / "png" / name).read_bytes().startswith(PNG)
+
+
+def test_runs_with_other_seeds_are_drawn_and_printed_together(tmp_path):
+    dump_steps(tmp_path / "seed1")
+    dump_steps(tmp_path / "seed2", shift=-0.1)
+    command = [sys.executable, "-m", "evaluation.reward_plots", str(tmp_path / "seed1"), str(tmp_path / "seed2")]
+    result = subprocess.run(
+        [*command, "--out", str(tmp_path / "png")], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    table = [line.split() for line in result.stdout.splitlines()[1:5]]
+    assert [(row[0], Path(row[1]).name, row[2:]) for row in table] == [
+        ("1", "seed1", ["4", "0.200", "0.500"]),
+        ("1", "seed2", ["4", "0.100", "0.500"]),
+        ("2", "seed1", ["4", "0.900", "0.500"]),
+        ("2", "seed2", ["4", "0.800", "0.500"]),
+    ]
     for name in OUTPUTS:
         assert (tmp_path / "png" / name).read_bytes().startswith(PNG)
 
