@@ -178,6 +178,36 @@ def test_the_judge_becomes_verls_reward_with_the_adapter_settings(
     assert "--not-a-judge" in export and export[export.index("--recipe") + 1] == "policy-grpo"
 
 
+def leaves(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        flat.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+@pytest.mark.parametrize("config_file", sorted((RECIPE_DIR / "configs").glob("*.yaml")), ids=lambda path: path.name)
+def test_each_cpu_config_starts_with_its_command_and_reaches_verl_whole(
+    policy_data, tiny_model_dir, stand_in_judge, monkeypatch, config_file
+):
+    """Every key the file sets is one of verl's and arrives with the file's value (MODEL_PATH aside, given here)."""
+    relative = config_file.relative_to(REPO_ROOT)
+    assert config_file.read_text().splitlines()[0] == (
+        f"# bash cookbooks/rl_with_judge_reward/run_policy_grpo.sh --config {relative}"
+    )
+    launch = launch_in_python(
+        "policy",
+        "--config",
+        str(config_file),
+        "trainer.device=cpu",
+        env=launcher_env(**valid_knobs(policy_data, tiny_model_dir, stand_in_judge)),
+        monkeypatch=monkeypatch,
+    )
+    written = leaves(OmegaConf.to_container(OmegaConf.load(config_file)))
+    written.pop("actor_rollout_ref.model.path")
+    for key, value in written.items():
+        assert OmegaConf.select(launch.config, key, default="absent") == value, key
+
+
 def test_naive_reward_manager_calls_the_per_sample_function(policy_data, tiny_model_dir, stand_in_judge, monkeypatch):
     launch = policy_launch(
         monkeypatch, **valid_knobs(policy_data, tiny_model_dir, stand_in_judge), REWARD_MANAGER="naive"
