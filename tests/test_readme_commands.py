@@ -206,6 +206,11 @@ RUN: dict[tuple[str, str], Run | str] = {
         "test_the_offline_data_command_writes_the_policy_data"
     ),
     ("cookbooks/rl_with_judge_reward/README.md", SMOLLM2_FIRST): Run(links=(("data", "offline"),), judge="rule"),
+    (  # the committed runs' own validation dumps: the recorded figures must come out of them
+        "cookbooks/rl_with_judge_reward/README.md",
+        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/learn-seed1/validation "
+        "cookbooks/rl_with_judge_reward/results/learn-seed2/validation --out cookbooks/rl_with_judge_reward/plots",
+    ): Run(recorded=True),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
     (
         "cookbooks/training_judge_model/bradley-terry/README.md",
