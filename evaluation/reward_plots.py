@@ -123,13 +123,14 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
     _save(figure, out / OUTPUTS[1])
 
     figure, axes = plt.subplots(figsize=(7, 4))
+    runs_by_step = [per_step(run) for run in runs]
     for label, marker, colour, figure_of in (
         ("judge: mean reward", "o", "tab:blue", _mean_reward),
         ("rules: accuracy", "s", "tab:orange", _rule_accuracy),
     ):
         _plot_runs(
             axes,
-            [{step: figure_of(members) for step, members in per_step(run).items()} for run in runs],
+            [{step: figure_of(members) for step, members in by_step.items()} for by_step in runs_by_step],
             label,
             marker,
             colour,
@@ -164,9 +165,10 @@ def summary(runs: list[list[Row]], names: list[str]) -> list[str]:
     """Per step and run: answers, the judge's mean reward and the rules' accuracy."""
     width = max(map(len, names))
     lines = [f"{'step':>4}  {'run':<{width}}  {'answers':>7}  {'judge mean':>10}  {'rule accuracy':>13}"]
-    for step in per_step([row for run in runs for row in run]):
-        for name, run in zip(names, runs, strict=True):
-            members = per_step(run).get(step)
+    runs_by_step = [per_step(run) for run in runs]
+    for step in sorted({step for by_step in runs_by_step for step in by_step}):
+        for name, by_step in zip(names, runs_by_step, strict=True):
+            members = by_step.get(step)
             if members:
                 lines.append(
                     f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
