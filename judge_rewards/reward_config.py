@@ -76,6 +76,11 @@ class JudgeRewardConfig:
     health_agreement_warn: float = option(
         0.6, "warn when the judge agrees with the rule scorer on less than this share of answers with a reference"
     )
+    health_pair_accuracy_warn: float = option(
+        0.7,
+        "warn when, in pairs of a rule-right and a rule-wrong answer to one prompt, the judge rewards the right one "
+        "more in less than this share",
+    )
     health_fallback_warn: float = option(0.1, "warn when more than this share of rewards came from the rule fallback")
 
     group_relative: bool = option(

@@ -15,6 +15,10 @@ rewards are computed. Each is a float (NaN while the window holds too little to 
     health_judge_rule_agreement share of judged rewards that agree with judge_rewards.rules on the reference answer
                                 (both >= 0.5 or both < 0.5), over rewards that have a reference the rules can score
     health_rule_accuracy        the rules' mean score of those same answers: an independent check the judge never sees
+    health_rule_pairs           pairs of one rule-right and one rule-wrong answer to the same prompt in the window
+    health_rule_pair_accuracy   share of those pairs in which the judge rewards the right answer more (a tie counts
+                                half): 0.5 means GRPO's advantages point to the right answer no more often than away
+                                from it, whatever the judge's reward does
     health_fallback_share       share of the window's rewards from the rule fallback (the judge did not answer)
 
 A figure past its threshold (the `health_*_warn` keys of JudgeRewardConfig) logs a warning, at most one per
@@ -39,6 +43,7 @@ HISTOGRAM_BUCKETS = 10
 TIE_TOLERANCE = 1e-6
 RECOMPUTE_EVERY = 32  # new rewards after which the cached figures are computed again
 SOURCE_RULE_FALLBACK = "rule_fallback"
+MIN_RULE_PAIRS_TO_WARN = 20  # fewer pairs than this leave the pair accuracy too noisy to warn on (its SE >= 0.1)
 
 
 class Warner(Protocol):
@@ -130,6 +135,20 @@ def warnings_of(figures: dict[str, float], config) -> list[tuple[str, str]]:
                 f"check disagree",
             )
         )
+    if (
+        figures["health_rule_pairs"] >= MIN_RULE_PAIRS_TO_WARN
+        and figures["health_rule_pair_accuracy"] < config.health_pair_accuracy_warn
+    ):
+        found.append(
+            (
+                "health_rule_pair_accuracy",
+                f"reward health: in {figures['health_rule_pairs']:.0f} pairs of a rule-right and a rule-wrong answer "
+                f"to the same prompt, the judge rewards the right one more in "
+                f"{figures['health_rule_pair_accuracy']:.0%} (< {config.health_pair_accuracy_warn:.0%}): GRPO's "
+                f"advantages barely point to right answers; the policy can gain the judge's reward without getting "
+                f"answers right",
+            )
+        )
     if figures["health_fallback_share"] > config.health_fallback_warn:
         found.append(
             (
@@ -165,8 +184,24 @@ def figures_of(window: list[Observation]) -> dict[str, float]:
         sum((o.reward >= 0.5) == (o.rule_score >= 0.5) for o in checked) / len(checked) if checked else math.nan
     )
     figures["health_rule_accuracy"] = statistics.fmean(o.rule_score for o in checked) if checked else math.nan
+    figures["health_rule_pairs"], figures["health_rule_pair_accuracy"] = rule_pair_accuracy(
+        [[(o.reward, o.rule_score) for o in g] for g in groups]
+    )
     figures["health_fallback_share"] = sum(o.from_fallback for o in window) / len(window) if window else math.nan
     return figures
+
+
+def rule_pair_accuracy(groups: list[list[tuple[float, float | None]]]) -> tuple[float, float]:
+    """(pairs, accuracy) over each group's (reward, rule score) answers: every pair of a rule-right (score >= 0.5)
+    and a rule-wrong (score < 0.5) answer, and the share in which the right one has the higher reward (ties: half)."""
+    pairs = ordered = 0.0
+    for group in groups:
+        for right_reward, right_rule in group:
+            for wrong_reward, wrong_rule in group:
+                if right_rule is not None and wrong_rule is not None and right_rule >= 0.5 > wrong_rule:
+                    pairs += 1
+                    ordered += 1.0 if right_reward > wrong_reward else 0.5 if right_reward == wrong_reward else 0.0
+    return pairs, ordered / pairs if pairs else math.nan
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from judge_rewards.reward_health import Observation, figures_of, spearman
+from judge_rewards.reward_health import Observation, figures_of, rule_pair_accuracy, spearman
 from tests.reward_adapter_servers import FaultyJudgeServer, make_system, start_rule_server
 
 QUESTIONS = 8
@@ -36,10 +36,23 @@ def test_figures_of_a_window():
     assert figures["health_length_rank_corr"] == pytest.approx(1.0)  # group b does not vary: left out
     assert figures["health_judge_rule_agreement"] == 0.5 and figures["health_rule_accuracy"] == 1.0
     assert figures["health_fallback_share"] == 0.125
+    assert figures["health_rule_pairs"] == 0 and math.isnan(figures["health_rule_pair_accuracy"])  # no wrong answer
+
+
+def test_rule_pair_accuracy_counts_right_wrong_pairs_within_groups_only():
+    ordered = [(0.9, 1.0), (0.2, 0.0), (0.4, 0.0)]  # the right answer above both wrong ones
+    reversed_ = [(0.1, 1.0), (0.6, 0.0)]
+    tied = [(0.5, 1.0), (0.5, 0.0), (0.7, None)]  # the tie counts half; no reference: in no pair
+    assert rule_pair_accuracy([ordered]) == (2, 1.0)
+    assert rule_pair_accuracy([ordered, reversed_, tied]) == (4, pytest.approx((2 + 0 + 0.5) / 4))
+    assert rule_pair_accuracy([[(0.9, 1.0)], [(0.1, 0.0)]])[0] == 0  # right and wrong, but to different prompts
 
 
 def test_an_empty_window_says_nothing_rather_than_zero():
-    assert all(math.isnan(value) for name, value in figures_of([]).items() if name != "health_window")
+    counts = {"health_window", "health_rule_pairs"}
+    figures = figures_of([])
+    assert all(math.isnan(value) for name, value in figures.items() if name not in counts)
+    assert [figures[name] for name in sorted(counts)] == [0, 0]
 
 
 class LengthLovingJudge(FaultyJudgeServer):
@@ -97,7 +110,10 @@ def test_a_judge_that_favours_length_is_caught(caplog):
     assert means == sorted(means) and means[-1] > means[0] + 0.3  # the judge's reward rises
     assert {figures["health_rule_accuracy"] for figures in per_step} == {0.5}  # the verifiable check does not
     assert all(figures["health_length_rank_corr"] == pytest.approx(1.0) for figures in per_step)
-    assert any("rank correlation of reward with answer length" in r.getMessage() for r in caplog.records)
+    assert all(figures["health_rule_pair_accuracy"] == 0.5 for figures in per_step)  # length, not rightness, ranks
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("rank correlation of reward with answer length" in m for m in messages)
+    assert any("the judge rewards the right one more in 50%" in m for m in messages)
 
 
 @pytest.mark.e2e
@@ -112,6 +128,7 @@ def test_an_honest_judge_does_not_fire_the_length_warning(caplog, tmp_path):
         server.stop()
     assert all(figures["health_length_rank_corr"] == pytest.approx(0.0) for figures in per_step)
     assert all(figures["health_judge_rule_agreement"] == 1.0 for figures in per_step)
+    assert all(figures["health_rule_pair_accuracy"] == 1.0 for figures in per_step)
     assert all(figures["health_fallback_share"] == 0.0 for figures in per_step)
     assert not any("reward health" in r.getMessage() for r in caplog.records)
 
