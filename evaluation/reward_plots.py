@@ -12,7 +12,10 @@ DIRs are runs of the same settings with other seeds. It writes three PNGs into O
                            left out and counted): each run's curve, and with several runs their mean and range;
                            from validation_data_dir, the held-out curves
 
-and prints the same figures per step and run. matplotlib comes with the `eval` extra.
+and prints the same figures per step and run (and per run over all its steps), with the judge's pair accuracy: in
+each pair of a rule-right and a rule-wrong answer to the same prompt (`input`) at the same step, how often the judge
+rewards the right one more (judge_rewards.reward_health's `health_rule_pair_accuracy`; only rollouts of several
+answers per prompt have such pairs). matplotlib comes with the `eval` extra.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import statistics
 from pathlib import Path
 
 from judge_rewards import rules
+from judge_rewards.reward_health import rule_pair_accuracy
 from judge_rewards.settings import REQUIRED, option, parse_configs
 
 HISTOGRAM_BINS = 10
@@ -43,6 +47,7 @@ class RewardPlotsConfig:
 @dataclasses.dataclass
 class Row:
     step: int
+    prompt: str
     reward: float
     length: int
     rule_score: float | None  # None: no reference the rules can score
@@ -62,12 +67,16 @@ def read_rollouts(directory: Path) -> list[Row]:
 
 
 def _row(record: dict, path: Path, number: int) -> Row:
-    missing = [key for key in ("output", "score") if key not in record]
+    missing = [key for key in ("input", "output", "score") if key not in record]
     if missing:
         raise ValueError(f"{path}:{number}: the row has no {missing} (is this a verl rollout dump?)")
     step = record.get("step", path.stem)
     return Row(
-        int(step), float(record["score"]), len(record["output"]), _rule_score(record["output"], record.get("gts"))
+        int(step),
+        record["input"],
+        float(record["score"]),
+        len(record["output"]),
+        _rule_score(record["output"], record.get("gts")),
     )
 
 
@@ -162,19 +171,29 @@ def _plot_runs(axes, curves: list[dict[int, float]], label: str, marker: str, co
 
 
 def summary(runs: list[list[Row]], names: list[str]) -> list[str]:
-    """Per step and run: answers, the judge's mean reward and the rules' accuracy."""
+    """Per step and run, then per run over all its steps ('all'): answers, the judge's mean reward, the rules'
+    accuracy, and the judge's pair accuracy (with its pairs; '-' without any)."""
     width = max(map(len, names))
-    lines = [f"{'step':>4}  {'run':<{width}}  {'answers':>7}  {'judge mean':>10}  {'rule accuracy':>13}"]
+    lines = [
+        f"{'step':>4}  {'run':<{width}}  {'answers':>7}  {'judge mean':>10}  {'rule accuracy':>13}  {'pairs':>5}  "
+        f"{'pair accuracy':>13}"
+    ]
     runs_by_step = [per_step(run) for run in runs]
     for step in sorted({step for by_step in runs_by_step for step in by_step}):
         for name, by_step in zip(names, runs_by_step, strict=True):
-            members = by_step.get(step)
-            if members:
-                lines.append(
-                    f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
-                    f"{_rule_accuracy(members):>13.3f}"
-                )
+            if step in by_step:
+                lines.append(_summary_line(str(step), name, width, by_step[step]))
+    lines += [_summary_line("all", name, width, run) for name, run in zip(names, runs, strict=True)]
     return lines
+
+
+def _summary_line(step: str, name: str, width: int, members: list[Row]) -> str:
+    pairs, pair_accuracy = _pair_accuracy(members)
+    shown = "-" if math.isnan(pair_accuracy) else f"{pair_accuracy:.3f}"
+    return (
+        f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
+        f"{_rule_accuracy(members):>13.3f}  {pairs:>5.0f}  {shown:>13}"
+    )
 
 
 def _mean_reward(members: list[Row]) -> float:
@@ -184,6 +203,13 @@ def _mean_reward(members: list[Row]) -> float:
 def _rule_accuracy(members: list[Row]) -> float:
     scores = [r.rule_score for r in members if r.rule_score is not None]
     return statistics.fmean(scores) if scores else math.nan
+
+
+def _pair_accuracy(members: list[Row]) -> tuple[float, float]:
+    groups: dict[tuple[int, str], list[tuple[float, float | None]]] = {}
+    for row in members:
+        groups.setdefault((row.step, row.prompt), []).append((row.reward, row.rule_score))
+    return rule_pair_accuracy(list(groups.values()))
 
 
 def _save(figure, path: Path) -> None:

@@ -59,19 +59,21 @@ def test_runs_with_other_seeds_are_drawn_and_printed_together(tmp_path):
     result = subprocess.run(
         [*command, "--out", str(tmp_path / "png")], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
-    table = [line.split() for line in result.stdout.splitlines()[1:5]]
-    assert [(row[0], Path(row[1]).name, row[2:]) for row in table] == [
-        ("1", "seed1", ["4", "0.200", "0.500"]),
-        ("1", "seed2", ["4", "0.100", "0.500"]),
-        ("2", "seed1", ["4", "0.900", "0.500"]),
-        ("2", "seed2", ["4", "0.800", "0.500"]),
+    table = [line.split() for line in result.stdout.splitlines()[1:7]]
+    assert [(row[0], Path(row[1]).name, row[2:]) for row in table] == [  # 4 pairs: right ones 0.2/0.3, wrong 0.1/0.2
+        ("1", "seed1", ["4", "0.200", "0.500", "4", "0.875"]),
+        ("1", "seed2", ["4", "0.100", "0.500", "4", "0.875"]),
+        ("2", "seed1", ["4", "0.900", "0.500", "4", "0.875"]),
+        ("2", "seed2", ["4", "0.800", "0.500", "4", "0.875"]),
+        ("all", "seed1", ["8", "0.550", "0.500", "8", "0.875"]),  # pairs stay within a step
+        ("all", "seed2", ["8", "0.450", "0.500", "8", "0.875"]),
     ]
     for name in OUTPUTS:
         assert (tmp_path / "png" / name).read_bytes().startswith(PNG)
 
 
 def test_a_row_that_is_not_a_rollout_is_named(tmp_path):
-    (tmp_path / "3.jsonl").write_text('{"output": "4", "score": 1.0}\n{"input": "q"}\n')
+    (tmp_path / "3.jsonl").write_text('{"input": "q", "output": "4", "score": 1.0}\n{"input": "q"}\n')
     command = [sys.executable, "-m", "evaluation.reward_plots", str(tmp_path)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode != 0 and "3.jsonl:2: the row has no ['output', 'score']" in result.stderr
