@@ -6,11 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+from pathlib import Path
 
 import pytest
 
-from judge_rewards.reward_health import Observation, figures_of, rule_pair_accuracy, spearman
+from judge_rewards.protocol.judge_api import JudgeItem
+from judge_rewards.reward_config import JudgeRewardConfig
+from judge_rewards.reward_health import Observation, RewardHealth, figures_of, rule_pair_accuracy, spearman
+from tests.conftest import REPO_ROOT
 from tests.reward_adapter_servers import FaultyJudgeServer, make_system, start_rule_server
+
+LEARN_RUNS = REPO_ROOT / "cookbooks/rl_with_judge_reward/results"
 
 QUESTIONS = 8
 GROUP = 4
@@ -144,3 +150,41 @@ def test_a_dead_judge_fires_the_fallback_warning(caplog):
     system.close()
     assert figures["health_fallback_share"] == 1.0
     assert any("came from the rule fallback" in r.getMessage() for r in caplog.records)
+
+
+class RecordingWarner:
+    """Every warning, unthrottled."""
+
+    def __init__(self, messages: list[str]):
+        self.messages = messages
+
+    def warn(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def replay(run: Path, health: RewardHealth) -> None:
+    """A learn run's rewards in the order verl computed them: validation at step 0, then each training step's
+    rollouts, and validation after every 8th step (configs/cpu_smollm2_learn.yaml: test_freq 8, 24 steps)."""
+    for step in range(25):
+        dumps = ([run / f"rollouts/{step}.jsonl"] if step else []) + (
+            [run / f"validation/{step}.jsonl"] if step % 8 == 0 else []
+        )
+        for dump in dumps:
+            for line in dump.read_text().splitlines():
+                row = json.loads(line)
+                request = JudgeItem.create(row["input"], row["output"], row["gts"])
+                health.observe(request, {"reward": row["score"], "source": row["source"]})
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_real_learn_runs_fire_the_pair_accuracy_warning_and_no_other(seed):
+    """The committed runs of the README's "A policy that learns on a CPU" (the demo BT judge as the reward): on the
+    policy's own answers the judge ranks a rule-right answer above a rule-wrong one too rarely, which the pair
+    accuracy flags; no other figure does (the runs' reward is not bought with length, and rarely ties)."""
+    messages: list[str] = []
+    health = RewardHealth(JudgeRewardConfig(judge_url="http://127.0.0.1:1"), lambda: RecordingWarner(messages))
+    replay(LEARN_RUNS / f"learn-seed{seed}", health)
+    figures = health.figures()
+    assert figures["health_window"] == 1024 and figures["health_rule_pairs"] >= 200
+    assert 0.5 < figures["health_rule_pair_accuracy"] < 0.7
+    assert messages and all("the judge rewards the right one more in" in m for m in messages)
