@@ -42,6 +42,12 @@ class OfflineConfig:
     val_size: int = option(80, "val preference pairs (also pointwise and pairwise rows)")
     eval_size: int = option(100, "eval prompts (1 correct and 3 flawed answers each)")
     seed: int = option(0, "seed of the fact split and of everything drawn")
+    hard_negatives: bool = option(
+        False,
+        "Bradley-Terry pairs also pit each question's good answer against answers a policy games a weak judge with: "
+        "the question's own subject given as the answer, and the question asked back (val and train; the other "
+        "files are unchanged)",
+    )
     eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
@@ -72,6 +78,13 @@ class Example:
     @property
     def origin(self) -> outputs.RowOrigin:
         return origin(self.category, self.fact)
+
+    def hard_negatives(self) -> list[str]:
+        """The statement with each of the question's own subjects as its answer ("The capital of Peru is Peru."),
+        then the question asked back."""
+        subjects = dict.fromkeys(str(value) for value in self.fact.slots.values())
+        echoes = [self.fact.statement(self.phrasing, s) for s in subjects if s.lower() != self.fact.answer.lower()]
+        return [*echoes, self.question]
 
 
 def origin(category: str, fact: Fact) -> outputs.RowOrigin:
@@ -173,7 +186,7 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
     for split, size in (("train", config.train_size), ("val", config.val_size)):
         rng = random.Random(f"{config.seed}/{split}")
         streams = [_examples(name, by_split[split], rng) for name, by_split in facts.items()]
-        _add_split(summary, split, _round_robin(streams, size, f"{split} pairs"), rng)
+        _add_split(summary, split, _round_robin(streams, size, f"{split} pairs"), rng, config.hard_negatives)
     rng = random.Random(f"{config.seed}/{EVAL}")
     streams = [_eval_rows(name, by_split[EVAL], rng) for name, by_split in facts.items()]
     eval_rows, policy_rows = zip(*_round_robin(streams, config.eval_size, "eval prompts"), strict=True)
@@ -182,7 +195,9 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
     return summary.save()
 
 
-def _add_split(summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random) -> None:
+def _add_split(
+    summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random, hard_negatives: bool
+) -> None:
     unique_questions = {(e.category, e.fact.key, e.phrasing): e for e in examples}.values()
     summary.add_split(outputs.SFT, split, [outputs.sft_row(e.question, e.good) for e in unique_questions])
     summary.add_split(
@@ -196,7 +211,12 @@ def _add_split(summary: outputs.Summary, split: str, examples: list[Example], rn
     summary.add_split(
         outputs.BRADLEY_TERRY,
         split,
-        [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples],
+        [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples]
+        + [
+            outputs.bradley_terry_row(e.question, e.good, negative, MARGIN)
+            for e in (unique_questions if hard_negatives else [])
+            for negative in e.hard_negatives()
+        ],
     )
     scores = [GRADES[i % len(GRADES)] for i in range(len(examples))]
     rng.shuffle(scores)

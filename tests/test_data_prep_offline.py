@@ -1,5 +1,6 @@
 """The offline dataset: deterministic, disjoint between splits, and good vs flawed only in substance."""
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -120,6 +121,29 @@ def test_bradley_terry_pairs_differ_only_in_the_answer(small):
         assert chosen[1]["content"] == fact.statement(phrasing, fact.answer)
         assert rejected[1]["content"] in {fact.statement(phrasing, wrong) for wrong in fact.wrong}
         assert row["margin"] == offline.MARGIN
+
+
+def test_hard_negatives_add_bradley_terry_pairs_and_change_nothing_else(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, hard_negatives=True))
+    files = sorted(path.relative_to(small) for path in small.rglob("*.parquet"))
+    assert files == sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*.parquet"))
+    for name in files:
+        if name.parts[0] != outputs.BRADLEY_TERRY:
+            assert (small / name).read_bytes() == (tmp_path / name).read_bytes(), name
+    for split in ("train", "val"):
+        plain, hard = read(small, f"bradley_terry/{split}.parquet"), read(tmp_path, f"bradley_terry/{split}.parquet")
+        assert hard[: len(plain)] == plain
+        added = [(json.loads(r["chosen"]), json.loads(r["rejected"])[1]["content"]) for r in hard[len(plain) :]]
+        asked = {chosen[0]["content"] for chosen, _ in added}
+        assert asked == {json.loads(r["chosen"])[0]["content"] for r in plain}  # every question of the split
+        for chosen, rejected in added:
+            question = chosen[0]["content"]
+            _, fact, phrasing = QUESTIONS[question]
+            assert chosen[1]["content"] == fact.statement(phrasing, fact.answer)
+            echoes = {fact.statement(phrasing, str(v)) for v in fact.slots.values()}
+            assert rejected == question or rejected in echoes - {chosen[1]["content"]}
+        rejected_answers = [rejected for _, rejected in added]
+        assert sum(r in asked for r in rejected_answers) == len(asked)  # each question asked back once
 
 
 def test_answer_length_gives_nothing_away(small):
