@@ -11,7 +11,8 @@ rewards are computed. Each is a float (NaN while the window holds too little to 
     health_tied_group_share     share of GRPO groups (rewards of one prompt, 2 or more) whose rewards all tie:
                                 such a group gives GRPO no advantage, so no learning signal
     health_length_rank_corr     within-group Spearman correlation of reward with answer length (characters),
-                                averaged over groups where both vary: near +1, longer answers win in every group
+                                averaged over groups where both vary (NaN below 8 such groups): near +1, longer
+                                answers win in every group
     health_judge_rule_agreement share of judged rewards that agree with judge_rewards.rules on the reference answer
                                 (both >= 0.5 or both < 0.5), over rewards that have a reference the rules can score
     health_rule_accuracy        the rules' mean score of those same answers: an independent check the judge never sees
@@ -44,6 +45,8 @@ TIE_TOLERANCE = 1e-6
 RECOMPUTE_EVERY = 32  # new rewards after which the cached figures are computed again
 SOURCE_RULE_FALLBACK = "rule_fallback"
 MIN_RULE_PAIRS_TO_WARN = 20  # fewer pairs than this leave the pair accuracy too noisy to warn on (its SE >= 0.1)
+# A group of 4 alone gives a correlation of +-1 by chance often; the mean of 8 has a spread near 0.2.
+MIN_LENGTH_GROUPS = 8
 
 
 class Warner(Protocol):
@@ -178,7 +181,9 @@ def figures_of(window: list[Observation]) -> dict[str, float]:
         sum(_tied([o.reward for o in g]) for g in groups) / len(groups) if groups else math.nan
     )
     correlations = [c for g in groups if (c := spearman([o.length for o in g], [o.reward for o in g])) is not None]
-    figures["health_length_rank_corr"] = statistics.fmean(correlations) if correlations else math.nan
+    figures["health_length_rank_corr"] = (
+        statistics.fmean(correlations) if len(correlations) >= MIN_LENGTH_GROUPS else math.nan
+    )
     checked = [o for o in window if o.rule_score is not None]
     figures["health_judge_rule_agreement"] = (
         sum((o.reward >= 0.5) == (o.rule_score >= 0.5) for o in checked) / len(checked) if checked else math.nan

@@ -39,7 +39,9 @@ def test_figures_of_a_window():
     assert figures["health_reward_mean"] == pytest.approx(0.5)
     assert [figures[f"health_reward_hist_{k}"] for k in (0, 3, 5, 6, 9)] == [0.125, 0.125, 0.5, 0.125, 0.125]
     assert figures["health_tied_group_share"] == 0.5  # group b ties: no GRPO advantage
-    assert figures["health_length_rank_corr"] == pytest.approx(1.0)  # group b does not vary: left out
+    assert math.isnan(figures["health_length_rank_corr"])  # one group varies: too few to say
+    seven_more = [Observation(f"c{g}", r, 10 * i, False, None) for g in range(7) for i, r in enumerate([0.1, 0.2])]
+    assert figures_of(window + seven_more)["health_length_rank_corr"] == pytest.approx(1.0)  # group b left out
     assert figures["health_judge_rule_agreement"] == 0.5 and figures["health_rule_accuracy"] == 1.0
     assert figures["health_fallback_share"] == 0.125
     assert figures["health_rule_pairs"] == 0 and math.isnan(figures["health_rule_pair_accuracy"])  # no wrong answer
