@@ -48,6 +48,11 @@ class OfflineConfig:
         "the question's own subject given as the answer, and the question asked back (val and train; the other "
         "files are unchanged)",
     )
+    both_orders: bool = option(
+        False,
+        "pairwise rows (grpo/pairwise, sft_judge_pairwise) in both orders: each pair twice, the second time with its "
+        "answers swapped, so that a judge trained on them cannot gain from a position (the other files are unchanged)",
+    )
     eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
@@ -186,7 +191,7 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
     for split, size in (("train", config.train_size), ("val", config.val_size)):
         rng = random.Random(f"{config.seed}/{split}")
         streams = [_examples(name, by_split[split], rng) for name, by_split in facts.items()]
-        _add_split(summary, split, _round_robin(streams, size, f"{split} pairs"), rng, config.hard_negatives)
+        _add_split(summary, split, _round_robin(streams, size, f"{split} pairs"), rng, config)
     rng = random.Random(f"{config.seed}/{EVAL}")
     streams = [_eval_rows(name, by_split[EVAL], rng) for name, by_split in facts.items()]
     eval_rows, policy_rows = zip(*_round_robin(streams, config.eval_size, "eval prompts"), strict=True)
@@ -196,7 +201,7 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
 
 
 def _add_split(
-    summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random, hard_negatives: bool
+    summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random, options: OfflineConfig
 ) -> None:
     unique_questions = {(e.category, e.fact.key, e.phrasing): e for e in examples}.values()
     summary.add_split(outputs.SFT, split, [outputs.sft_row(e.question, e.good) for e in unique_questions])
@@ -214,7 +219,7 @@ def _add_split(
         [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples]
         + [
             outputs.bradley_terry_row(e.question, e.good, negative, MARGIN)
-            for e in (unique_questions if hard_negatives else [])
+            for e in (unique_questions if options.hard_negatives else [])
             for negative in e.hard_negatives()
         ],
     )
@@ -249,12 +254,17 @@ def _add_split(
         ],
     )
     positions = outputs.balanced_positions(len(examples), rng)
+    ordered = [
+        (e, good_is_a)
+        for e, drawn in zip(examples, positions, strict=True)
+        for good_is_a in ((drawn, not drawn) if options.both_orders else (drawn,))
+    ]
     summary.add_split(
         outputs.PAIRWISE,
         split,
         [
             outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin)
-            for e, chosen_is_a in zip(examples, positions, strict=True)
+            for e, chosen_is_a in ordered
         ],
     )
     summary.add_split(
@@ -265,6 +275,6 @@ def _add_split(
                 templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good))),
                 offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong),
             )
-            for e, good_is_a in zip(examples, positions, strict=True)
+            for e, good_is_a in ordered
         ],
     )

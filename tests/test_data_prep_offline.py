@@ -146,6 +146,41 @@ def test_hard_negatives_add_bradley_terry_pairs_and_change_nothing_else(small, t
         assert sum(r in asked for r in rejected_answers) == len(asked)  # each question asked back once
 
 
+def test_both_orders_give_every_pairwise_row_again_with_its_answers_swapped(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, both_orders=True))
+    files = sorted(path.relative_to(small) for path in small.rglob("*.parquet"))
+    swapped = {outputs.PAIRWISE, outputs.SFT_JUDGE_PAIRWISE}
+    for name in files:
+        if str(name.parent) not in swapped:
+            assert (small / name).read_bytes() == (tmp_path / name).read_bytes(), name
+    for split in ("train", "val"):
+        plain, both = read(small, f"grpo/pairwise/{split}.parquet"), read(tmp_path, f"grpo/pairwise/{split}.parquet")
+        assert plain_rows(both[::2]) == plain_rows(plain) and len(both) == 2 * len(plain)  # drawn order, then swap
+        for drawn, swap in zip(both[::2], both[1::2], strict=True):
+            letters = {drawn["reward_model"]["ground_truth"], swap["reward_model"]["ground_truth"]}
+            assert letters == {templates.pairwise_ground_truth("A"), templates.pairwise_ground_truth("B")}
+            assert question_in(drawn["prompt"][0]["content"]) == question_in(swap["prompt"][0]["content"])
+            assert responses_of(drawn) == responses_of(swap)[::-1]
+        sft_plain = read(small, f"sft_judge_pairwise/{split}.parquet")
+        sft_both = read(tmp_path, f"sft_judge_pairwise/{split}.parquet")
+        assert plain_rows(sft_both[::2]) == plain_rows(sft_plain) and len(sft_both) == 2 * len(sft_plain)
+
+
+def plain_rows(rows: list[dict]) -> list[str]:
+    """Rows read from parquet (lists arrive as numpy arrays) as comparable JSON, without their row index."""
+    return [
+        json.dumps({**row, "extra_info": {**row.get("extra_info", {}), "index": None}}, default=list, sort_keys=True)
+        for row in rows
+    ]
+
+
+def responses_of(row) -> list[str]:
+    """The two responses a pairwise judge prompt shows, A then B."""
+    after_a = row["prompt"][0]["content"].split("## Response A\n", 1)[1]
+    a, after_b = after_a.split("\n\n## Response B\n", 1)
+    return [a, after_b.split("\n\n", 1)[0]]
+
+
 def test_answer_length_gives_nothing_away(small):
     rows = read(small, "bradley_terry/train.parquet")
     lengths = [(len(json.loads(r["chosen"])[1]["content"]), len(json.loads(r["rejected"])[1]["content"])) for r in rows]
