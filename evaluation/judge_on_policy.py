@@ -1,0 +1,208 @@
+"""Does a judge rank a policy's own answers right? `python -m evaluation.judge_on_policy POLICY QUESTIONS JUDGE
+[JUDGE ...]`.
+
+A judge that scores its own preference pairs well can still teach a policy little: GRPO learns from the order of
+the rewards within a group of the policy's answers, which look nothing like those pairs. This samples
+`--group-size` answers per question from the policy as a rollout would (its chat template, `--temperature`, at most
+`--max-new-tokens`), scores each against the question's reference with judge_rewards.rules and with each judge
+(loaded in this process by serving's loader, as `python -m evaluation --model` does), and prints per judge:
+
+    pairs          pairs of a rule-right and a rule-wrong answer to the same question
+    pair accuracy  share of them in which the judge rewards the right answer more (a tie counts half; 0.5 is a
+                   coin): judge_rewards.reward_health's `health_rule_pair_accuracy`, before any training
+    right, wrong   the judge's mean reward of the rule-right and of the rule-wrong answers
+
+QUESTIONS is a policy parquet file as verl reads it (`data_prep offline`'s policy/val.parquet): `prompt` (the
+messages the policy answers), `reward_model.ground_truth`, and `extra_info.question` (what the judge is shown, as
+the reward adapter does) with an optional `extra_info.answer_type`. Choose a judge with the validation split, never
+the held-out one. The same --seed, on the same machine and thread count, samples the same answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from judge_rewards import rules
+from judge_rewards.reward_health import rule_pair_accuracy
+from judge_rewards.settings import REQUIRED, option, parse_configs
+
+QUESTIONS_PER_BATCH = 16
+
+
+@dataclasses.dataclass
+class JudgeOnPolicyConfig:
+    policy: str = option(REQUIRED, "the policy's model directory (Hugging Face format)", positional=True)
+    questions: str = option(
+        REQUIRED,
+        "policy parquet: prompt, reward_model.ground_truth, extra_info.question (extra_info.answer_type optional)",
+        positional=True,
+    )
+    judges: list[str] = option(
+        REQUIRED, "judge model directories (judge.json beside the weights), each scored in turn", positional=True
+    )
+    group_size: int = option(8, "answers sampled per question (the rollout's n)")
+    temperature: float = option(0.7, "sampling temperature of the answers")
+    max_new_tokens: int = option(48, "longest answer, in tokens (the rollout's response length)")
+    seed: int = option(0, "seed of the sampling")
+    out: str = option("", "also write every answer with its rule score and each judge's reward here (JSONL)")
+
+
+@dataclasses.dataclass
+class Question:
+    messages: list[dict]
+    shown: str | list  # extra_info.question: what the judge sees
+    reference: str
+    answer_type: str | None
+
+
+@dataclasses.dataclass
+class Answer:
+    question: Question
+    text: str
+    rule_score: float
+    rewards: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def read_questions(path: Path) -> list[Question]:
+    """The questions of a policy parquet; a row without what is needed is an error naming the file and row."""
+    import pandas as pd
+
+    questions = []
+    for number, row in enumerate(pd.read_parquet(path).to_dict("records")):
+        extra = row.get("extra_info") or {}
+        reference = (row.get("reward_model") or {}).get("ground_truth")
+        missing = [
+            name
+            for name, value in (
+                ("prompt", row.get("prompt")),
+                ("reward_model.ground_truth", reference),
+                ("extra_info.question", extra.get("question")),
+            )
+            if value is None or len(value) == 0
+        ]
+        if missing:
+            raise ValueError(f"{path}: row {number} has no {', '.join(missing)}")
+        try:
+            rules.resolve_answer_type(str(reference), extra.get("answer_type"))
+        except ValueError as err:
+            raise ValueError(f"{path}: row {number}: {err}") from None
+        shown = extra["question"]
+        questions.append(
+            Question(
+                [dict(m) for m in row["prompt"]],
+                shown.tolist() if hasattr(shown, "tolist") else shown,
+                str(reference),
+                extra.get("answer_type"),
+            )
+        )
+    return questions
+
+
+def sample_answers(config: JudgeOnPolicyConfig, questions: list[Question]) -> list[Answer]:
+    """`group_size` sampled answers per question, with their rule scores, in question order."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(config.policy, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(config.policy, dtype=torch.float32).eval()
+    answers = []
+    for start in range(0, len(questions), QUESTIONS_PER_BATCH):
+        batch = questions[start : start + QUESTIONS_PER_BATCH]
+        texts = [tokenizer.apply_chat_template(q.messages, tokenize=False, add_generation_prompt=True) for q in batch]
+        encoded = tokenizer(
+            texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False
+        )
+        with torch.no_grad():
+            output = model.generate(
+                **encoded,
+                do_sample=True,
+                temperature=config.temperature,
+                max_new_tokens=config.max_new_tokens,
+                num_return_sequences=config.group_size,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+            )
+        completions = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+        for index, text in enumerate(completions):
+            question = batch[index // config.group_size]
+            score = rules.score_answer(text, question.reference, question.answer_type).score
+            answers.append(Answer(question, text, score))
+    return answers
+
+
+def judge_answers(answers: list[Answer], judge_dir: str) -> None:
+    """Each answer's reward from the judge in `judge_dir`, stored under that name; a failed judgement is an error."""
+    from serving.config import JudgeConfig
+    from serving.judges import JudgeItem
+
+    from .judges import InProcessJudge
+
+    judge = InProcessJudge(JudgeConfig(model=judge_dir))
+    items = [JudgeItem.create(a.question.shown, a.text, a.question.reference) for a in answers]
+    for answer, verdict in zip(answers, judge.score_batch(items), strict=True):
+        if verdict.error:
+            raise RuntimeError(f"{judge_dir}: the judge failed on an answer: {verdict.error}")
+        answer.rewards[judge_dir] = verdict.score
+
+
+def report(answers: list[Answer], judges: list[str], config: JudgeOnPolicyConfig) -> list[str]:
+    groups: dict[int, list[Answer]] = {}
+    for answer in answers:
+        groups.setdefault(id(answer.question), []).append(answer)
+    mixed = sum(len({a.rule_score >= 0.5 for a in group}) == 2 for group in groups.values())
+    width = max(len("judge"), *map(len, judges))
+    lines = [
+        f"{len(answers)} answers to {len(groups)} questions ({config.group_size} each, temperature "
+        f"{config.temperature}, at most {config.max_new_tokens} tokens, seed {config.seed}): rule accuracy "
+        f"{statistics.fmean(a.rule_score for a in answers):.3f}, {mixed} questions with a right and a wrong answer",
+        f"{'judge':<{width}}  {'pairs':>5}  {'pair accuracy':>13}  {'right':>6}  {'wrong':>6}",
+    ]
+    for judge in judges:
+        pairs, accuracy = rule_pair_accuracy(
+            [[(a.rewards[judge], a.rule_score) for a in group] for group in groups.values()]
+        )
+        right = [a.rewards[judge] for a in answers if a.rule_score >= 0.5]
+        wrong = [a.rewards[judge] for a in answers if a.rule_score < 0.5]
+        lines.append(
+            f"{judge:<{width}}  {pairs:>5.0f}  {_shown(accuracy):>13}  {_shown(_mean(right)):>6}  "
+            f"{_shown(_mean(wrong)):>6}"
+        )
+    return lines
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def _shown(value: float) -> str:
+    return "-" if value != value else f"{value:.3f}"
+
+
+def write_answers(answers: list[Answer], path: Path) -> None:
+    with path.open("w") as file:
+        for a in answers:
+            record = {"question": a.question.shown, "reference": a.question.reference, "answer": a.text}
+            file.write(json.dumps({**record, "rule_score": a.rule_score, "rewards": a.rewards}, ensure_ascii=False))
+            file.write("\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = parse_configs("python -m evaluation.judge_on_policy", __doc__, [JudgeOnPolicyConfig], argv)
+    try:
+        questions = read_questions(Path(config.questions))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"judge_on_policy: {err}") from None
+    answers = sample_answers(config, questions)
+    for judge in config.judges:
+        judge_answers(answers, judge)
+    print("\n".join(report(answers, config.judges, config)))
+    if config.out:
+        write_answers(answers, Path(config.out))
+        print(config.out)
+
+
+if __name__ == "__main__":
+    main()
