@@ -15,11 +15,14 @@ DIRs are runs of the same settings with other seeds. It writes three PNGs into O
 and prints the same figures per step and run (and per run over all its steps), with the judge's pair accuracy: in
 each pair of a rule-right and a rule-wrong answer to the same prompt (`input`) at the same step, how often the judge
 rewards the right one more (judge_rewards.reward_health's `health_rule_pair_accuracy`; only rollouts of several
-answers per prompt have such pairs). matplotlib comes with the `eval` extra.
+answers per prompt have such pairs). Last, per run, the questions answered once at both its first and last step
+(validation dumps: the same held-out questions) that went from rule-wrong to rule-right and back, with an exact sign
+test: did the rule accuracy rise by more than chance? matplotlib comes with the `eval` extra.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -187,6 +190,39 @@ def summary(runs: list[list[Row]], names: list[str]) -> list[str]:
     return lines
 
 
+def first_to_last(runs: list[list[Row]], names: list[str]) -> list[str]:
+    """Per run, the questions answered once at both its first and its last step, with a reference the rules can
+    score (validation dumps: the same held-out questions each time): how many went from rule-wrong to rule-right
+    (gained) and back (lost), and the exact two-sided sign test's p of that split ('-' without such questions)."""
+    width = max(map(len, names))
+    lines = [f"{'run':<{width}}  {'steps':>9}  {'questions':>9}  {'gained':>6}  {'lost':>4}  {'sign test p':>11}"]
+    for name, run in zip(names, runs, strict=True):
+        by_step = per_step(run)
+        first, last = min(by_step), max(by_step)
+        before, after = _once(by_step[first]), _once(by_step[last])
+        common = sorted(before.keys() & after.keys())
+        gained = sum(before[q] < 0.5 <= after[q] for q in common)
+        lost = sum(after[q] < 0.5 <= before[q] for q in common)
+        p = f"{sign_test(gained, lost):.4f}" if common else "-"
+        lines.append(f"{name:<{width}}  {f'{first}->{last}':>9}  {len(common):>9}  {gained:>6}  {lost:>4}  {p:>11}")
+    return lines
+
+
+def _once(members: list[Row]) -> dict[str, float]:
+    """Rule score by prompt, for the prompts answered once at the step with a score the rules can give."""
+    counts = collections.Counter(row.prompt for row in members)
+    return {r.prompt: r.rule_score for r in members if counts[r.prompt] == 1 and r.rule_score is not None}
+
+
+def sign_test(gained: int, lost: int) -> float:
+    """Exact two-sided sign test: the chance of a split at least this uneven if a change were as likely either way."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def _summary_line(step: str, name: str, width: int, members: list[Row]) -> str:
     pairs, pair_accuracy = _pair_accuracy(members)
     shown = "-" if math.isnan(pair_accuracy) else f"{pair_accuracy:.3f}"
@@ -227,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as err:
         raise SystemExit(f"reward_plots: {err}") from None
     print("\n".join(summary(runs, config.rollout_dirs)))
+    print("\n".join(first_to_last(runs, config.rollout_dirs)))
     for path in draw(runs, Path(config.out)):
         print(path)
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from evaluation.reward_plots import OUTPUTS, per_step, read_rollouts
+from evaluation.reward_plots import OUTPUTS, Row, first_to_last, per_step, read_rollouts, sign_test
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -77,3 +77,20 @@ def test_a_row_that_is_not_a_rollout_is_named(tmp_path):
     command = [sys.executable, "-m", "evaluation.reward_plots", str(tmp_path)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode != 0 and "3.jsonl:2: the row has no ['output', 'score']" in result.stderr
+
+
+def test_sign_test_is_exact_and_two_sided():
+    assert sign_test(6, 0) == sign_test(0, 6) == pytest.approx(2 / 64)
+    assert sign_test(5, 5) == sign_test(0, 0) == 1.0
+    assert sign_test(28, 9) == pytest.approx(0.00256, abs=1e-5)
+
+
+def test_first_to_last_counts_questions_that_changed_between_a_runs_first_and_last_step():
+    def answers(step, scores):
+        return [Row(step, f"q{i}", 0.5, 10, score) for i, score in enumerate(scores)]
+
+    validation = answers(0, [0, 0, 0, 1, None]) + answers(8, [1, 0, 1, 1, 1]) + answers(16, [1, 1, 0, 0, 1])
+    rollouts = answers(1, [0, 1]) * 2 + answers(2, [1, 1]) * 2  # each question answered twice a step
+    lines = first_to_last([validation, rollouts], ["val", "roll"])
+    assert lines[1].split() == ["val", "0->16", "4", "2", "1", "1.0000"]  # q4 has no rule score at step 0
+    assert lines[2].split() == ["roll", "1->2", "0", "0", "0", "-"]
