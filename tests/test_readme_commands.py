@@ -211,7 +211,11 @@ RUN: dict[tuple[str, str], Run | str] = {
         "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/learn-seed1/validation "
         "cookbooks/rl_with_judge_reward/results/learn-seed2/validation --out cookbooks/rl_with_judge_reward/plots",
     ): Run(recorded=True),
-    (  # and their training rollouts, for the judge's pair accuracy
+    (  # the runs with the hard-negative judge
+        "cookbooks/rl_with_judge_reward/README.md",
+        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation",
+    ): Run(recorded=True),
+    (  # and the demo judge's training rollouts, for the judge's pair accuracy
         "cookbooks/rl_with_judge_reward/README.md",
         "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/learn-seed1/rollouts",
     ): Run(recorded=True),

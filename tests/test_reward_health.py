@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from pathlib import Path
 
 import pytest
 
@@ -164,29 +163,43 @@ class RecordingWarner:
         self.messages.append(message)
 
 
-def replay(run: Path, health: RewardHealth) -> None:
-    """A learn run's rewards in the order verl computed them: validation at step 0, then each training step's
-    rollouts, and validation after every 8th step (configs/cpu_smollm2_learn.yaml: test_freq 8, 24 steps)."""
+def replayed(run: str) -> tuple[dict[str, float], dict[int, list[str]]]:
+    """A committed learn run's rewards through the adapter's reward health, in the order verl computed them (each
+    training step's rollouts, validation before training and after every 8th step: configs/cpu_smollm2_learn.yaml):
+    the figures at the end, and the warnings given during each step."""
+    messages: list[str] = []
+    health = RewardHealth(JudgeRewardConfig(judge_url="http://127.0.0.1:1"), lambda: RecordingWarner(messages))
+    warned = {}
     for step in range(25):
-        dumps = ([run / f"rollouts/{step}.jsonl"] if step else []) + (
-            [run / f"validation/{step}.jsonl"] if step % 8 == 0 else []
-        )
+        dumps = ([f"rollouts/{step}.jsonl"] if step else []) + ([f"validation/{step}.jsonl"] if step % 8 == 0 else [])
         for dump in dumps:
-            for line in dump.read_text().splitlines():
+            for line in (LEARN_RUNS / run / dump).read_text().splitlines():
                 row = json.loads(line)
                 request = JudgeItem.create(row["input"], row["output"], row["gts"])
                 health.observe(request, {"reward": row["score"], "source": row["source"]})
+        warned[step], messages[:] = list(messages), []
+    return health.figures(), warned
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_the_real_learn_runs_fire_the_pair_accuracy_warning_and_no_other(seed):
-    """The committed runs of the README's "A policy that learns on a CPU" (the demo BT judge as the reward): on the
-    policy's own answers the judge ranks a rule-right answer above a rule-wrong one too rarely, which the pair
-    accuracy flags; no other figure does (the runs' reward is not bought with length, and rarely ties)."""
-    messages: list[str] = []
-    health = RewardHealth(JudgeRewardConfig(judge_url="http://127.0.0.1:1"), lambda: RecordingWarner(messages))
-    replay(LEARN_RUNS / f"learn-seed{seed}", health)
-    figures = health.figures()
+def test_the_demo_judge_runs_fire_the_pair_accuracy_warning_and_no_other(seed):
+    """The README's "A policy that learns on a CPU" runs, with the demo BT judge as the reward: the judge's reward
+    rose and the rule accuracy did not. On the policy's own answers the judge ranks a rule-right answer above a
+    rule-wrong one too rarely, which the pair accuracy flags; no other figure does (the reward is not bought with
+    length, and rarely ties)."""
+    figures, warned = replayed(f"learn-seed{seed}")
     assert figures["health_window"] == 1024 and figures["health_rule_pairs"] >= 200
     assert 0.5 < figures["health_rule_pair_accuracy"] < 0.7
-    assert messages and all("the judge rewards the right one more in" in m for m in messages)
+    assert warned[24]  # still warning at the end
+    assert all("the judge rewards the right one more in" in m for messages in warned.values() for m in messages)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_hard_negative_judge_runs_fire_no_warning_after_their_first_steps(seed):
+    """The same runs with the judge trained on hard negatives: the rule accuracy rose with the reward. The pair
+    accuracy may dip below its threshold while the window holds its first few dozen pairs; from step 8 on no
+    figure warns."""
+    figures, warned = replayed(f"hard-negatives-seed{seed}")
+    assert figures["health_window"] == 1024 and figures["health_rule_pairs"] >= 200
+    assert figures["health_rule_pair_accuracy"] > 0.7
+    assert not any(warned[step] for step in range(8, 25))
