@@ -68,10 +68,10 @@ class Answer:
 
 def read_questions(path: Path) -> list[Question]:
     """The questions of a policy parquet; a row without what is needed is an error naming the file and row."""
-    import pandas as pd
+    import pyarrow.parquet as pq
 
     questions = []
-    for number, row in enumerate(pd.read_parquet(path).to_dict("records")):
+    for number, row in enumerate(pq.read_table(path).to_pylist()):
         extra = row.get("extra_info") or {}
         reference = (row.get("reward_model") or {}).get("ground_truth")
         missing = [
@@ -89,15 +89,7 @@ def read_questions(path: Path) -> list[Question]:
             rules.resolve_answer_type(str(reference), extra.get("answer_type"))
         except ValueError as err:
             raise ValueError(f"{path}: row {number}: {err}") from None
-        shown = extra["question"]
-        questions.append(
-            Question(
-                [dict(m) for m in row["prompt"]],
-                shown.tolist() if hasattr(shown, "tolist") else shown,
-                str(reference),
-                extra.get("answer_type"),
-            )
-        )
+        questions.append(Question(row["prompt"], extra["question"], str(reference), extra.get("answer_type")))
     return questions
 
 
