@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -140,19 +141,19 @@ def judge_answers(answers: list[Answer], judge_dir: str) -> None:
         answer.rewards[judge_dir] = verdict.score
 
 
-def report(answers: list[Answer], judges: list[str], config: JudgeOnPolicyConfig) -> list[str]:
+def report(answers: list[Answer], config: JudgeOnPolicyConfig) -> list[str]:
     groups: dict[int, list[Answer]] = {}
     for answer in answers:
         groups.setdefault(id(answer.question), []).append(answer)
     mixed = sum(len({a.rule_score >= 0.5 for a in group}) == 2 for group in groups.values())
-    width = max(len("judge"), *map(len, judges))
+    width = max(len("judge"), *map(len, config.judges))
     lines = [
         f"{len(answers)} answers to {len(groups)} questions ({config.group_size} each, temperature "
         f"{config.temperature}, at most {config.max_new_tokens} tokens, seed {config.seed}): rule accuracy "
         f"{statistics.fmean(a.rule_score for a in answers):.3f}, {mixed} questions with a right and a wrong answer",
         f"{'judge':<{width}}  {'pairs':>5}  {'pair accuracy':>13}  {'right':>6}  {'wrong':>6}",
     ]
-    for judge in judges:
+    for judge in config.judges:
         pairs, accuracy = rule_pair_accuracy(
             [[(a.rewards[judge], a.rule_score) for a in group] for group in groups.values()]
         )
@@ -166,11 +167,11 @@ def report(answers: list[Answer], judges: list[str], config: JudgeOnPolicyConfig
 
 
 def _mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
+    return statistics.fmean(values) if values else math.nan
 
 
 def _shown(value: float) -> str:
-    return "-" if value != value else f"{value:.3f}"
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def write_answers(answers: list[Answer], path: Path) -> None:
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     answers = sample_answers(config, questions)
     for judge in config.judges:
         judge_answers(answers, judge)
-    print("\n".join(report(answers, config.judges, config)))
+    print("\n".join(report(answers, config)))
     if config.out:
         write_answers(answers, Path(config.out))
         print(config.out)

@@ -27,7 +27,7 @@ def test_the_report_counts_right_wrong_pairs_per_question():
         Answer(three, "9", 0.0, {"good": 0.9, "coin": 0.5}),  # no right answer to this question: in no pair
     ]
     config = JudgeOnPolicyConfig("policy", "questions.parquet", ["good", "coin"], group_size=3)
-    lines = report(answers, ["good", "coin"], config)
+    lines = report(answers, config)
     assert lines[0].startswith("4 answers to 2 questions (3 each") and lines[0].endswith(
         "rule accuracy 0.250, 1 questions with a right and a wrong answer"
     )
