@@ -197,7 +197,14 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
     eval_rows, policy_rows = zip(*_round_robin(streams, config.eval_size, "eval prompts"), strict=True)
     summary.add_eval(list(eval_rows))
     summary.add_split(outputs.POLICY, outputs.TEST, list(policy_rows))
+    summary.add_eval(_val_eval_rows(facts, config.seed), outputs.EVAL_VAL_FILE)
     return summary.save()
+
+
+def _val_eval_rows(facts: dict[str, dict[str, list[Fact]]], seed: int) -> list[dict]:
+    """One eval row per val fact, from a random stream of its own so that every other file stays the same."""
+    rng = random.Random(f"{seed}/eval-val")
+    return [row for name, by_split in facts.items() for row, _ in _eval_rows(name, by_split["val"], rng)]
 
 
 def _add_split(

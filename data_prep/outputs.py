@@ -11,6 +11,7 @@ Layout under an output directory (names are a contract with cookbooks/ and the e
   sft_judge_pairwise/{train,val}.parquet   messages: a pairwise judge prompt + a short judge-format answer
   attributes/{train,val}.parquet      conversation (JSON message list) + one 0-4 float per attribute
   eval/test.parquet                   held-out rows in RewardBench 2's own schema (offline: + reference)
+  eval/val.parquet                    (offline only) the same for the val facts, to choose a judge's settings on
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ ATTRIBUTES = "attributes"
 # HelpSteer2's five attributes, each rated 0-4; the columns of `attributes/` after `conversation`.
 ATTRIBUTE_NAMES = judge_spec.HELPSTEER2_ATTRIBUTES
 EVAL_FILE = "eval/test.parquet"
+EVAL_VAL_FILE = "eval/val.parquet"
 SPLITS = ("train", "val")
 TEST = "test"
 
@@ -258,8 +260,8 @@ class Summary:
             schema = PLAIN_SCHEMAS[dataset]
         self.tables[split_file(dataset, split)] = pa.Table.from_pylist(rows, schema=schema)
 
-    def add_eval(self, rows: list[dict]) -> None:
-        self.tables[EVAL_FILE] = _rb2_table(rows)
+    def add_eval(self, rows: list[dict], path: str = EVAL_FILE) -> None:
+        self.tables[path] = _rb2_table(rows)
 
     def save(self) -> Summary:
         for relative_path, table in self.tables.items():

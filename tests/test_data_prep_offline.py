@@ -28,7 +28,8 @@ FILES = [
     )
     for split in outputs.SPLITS
 ]
-FILES.append(outputs.EVAL_FILE)
+FILES += [outputs.EVAL_FILE, outputs.EVAL_VAL_FILE]
+EVAL_FILES = (outputs.EVAL_FILE, outputs.EVAL_VAL_FILE)
 # the datasets with one row per preference pair of a split
 FILES_PER_PAIR = (
     outputs.BRADLEY_TERRY,
@@ -103,6 +104,15 @@ def test_val_and_eval_questions_and_facts_never_appear_in_train(small):
 
     train_facts, val_facts, eval_facts = facts(train), facts(val), facts(eval_questions)
     assert not train_facts & val_facts and not train_facts & eval_facts and not val_facts & eval_facts
+
+
+def test_the_val_eval_file_asks_every_val_fact_once_and_no_other(small):
+    asked = sorted(
+        (QUESTIONS[row["prompt"]][0], QUESTIONS[row["prompt"]][1].key) for row in read(small, outputs.EVAL_VAL_FILE)
+    )
+    val_facts = [(c.name, fact.key) for c in CATEGORIES for fact in offline.split_facts(c, SMALL)["val"]]
+    assert asked == sorted(val_facts)
+    assert not {row["prompt"] for row in read(small, outputs.EVAL_VAL_FILE)} & questions(small, "train")
 
 
 def test_sizes_are_honoured(small):
@@ -251,9 +261,10 @@ def test_pairwise_positions_are_balanced_and_labelled(small):
     assert labels == {"A": SMALL.val_size // 2, "B": SMALL.val_size // 2}
 
 
-def test_eval_rows_follow_rewardbench2_with_one_correct_and_three_flawed(small):
-    rows = read(small, outputs.EVAL_FILE)
-    columns = list(pd.read_parquet(small / outputs.EVAL_FILE).columns)
+@pytest.mark.parametrize("eval_file", EVAL_FILES)
+def test_eval_rows_follow_rewardbench2_with_one_correct_and_three_flawed(small, eval_file):
+    rows = read(small, eval_file)
+    columns = list(pd.read_parquet(small / eval_file).columns)
     assert columns == [*outputs.RB2_COLUMNS, "additional_metadata", "reference"]
     assert len({row["id"] for row in rows}) == len(rows)
     for row in rows:
@@ -268,9 +279,10 @@ def test_eval_rows_follow_rewardbench2_with_one_correct_and_three_flawed(small):
     assert {row["subset"] for row in rows} == {category.name for category in CATEGORIES}
 
 
-def test_eval_references_are_correct_answers_phrased_unlike_the_chosen_one(small):
+@pytest.mark.parametrize("eval_file", EVAL_FILES)
+def test_eval_references_are_correct_answers_phrased_unlike_the_chosen_one(small, eval_file):
     fallbacks = 0
-    for row in read(small, outputs.EVAL_FILE):
+    for row in read(small, eval_file):
         _, fact, phrasing = QUESTIONS[row["prompt"]]
         others = [fact.statement(p, fact.answer) for p in fact.phrasings if p != phrasing]
         assert row["reference"] != row["chosen"][0]
@@ -279,12 +291,14 @@ def test_eval_references_are_correct_answers_phrased_unlike_the_chosen_one(small
         else:
             assert row["reference"] == f"The answer is {fact.answer}."
             fallbacks += 1
-    assert 0 < fallbacks < len(read(small, outputs.EVAL_FILE)) / 2
+    assert 0 < fallbacks < len(read(small, eval_file)) / 2
 
 
-def test_eval_file_loads_with_the_project_evaluation(small):
-    rows = load_eval_rows(small / outputs.EVAL_FILE)
-    assert len(rows) == SMALL.eval_size and not any(row.is_ties for row in rows)
+@pytest.mark.parametrize("eval_file", EVAL_FILES)
+def test_eval_files_load_with_the_project_evaluation(small, eval_file):
+    rows = load_eval_rows(small / eval_file)
+    assert rows and not any(row.is_ties for row in rows)
+    assert len(rows) == SMALL.eval_size or eval_file == outputs.EVAL_VAL_FILE
 
 
 def test_too_large_a_size_is_a_clear_error(tmp_path):
@@ -295,13 +309,14 @@ def test_too_large_a_size_is_a_clear_error(tmp_path):
 def test_cli_writes_the_default_demo_dataset(tmp_path, capsys):
     cli.main(["offline", "--out", str(tmp_path)])
     first_line, *rest = capsys.readouterr().out.splitlines()
-    assert first_line == f"offline (seed 0): wrote 5844 rows under {tmp_path}"
+    assert first_line == f"offline (seed 0): wrote 5910 rows under {tmp_path}"
     assert rest == [
         "  attributes/train.parquet               720 rows",
         "  attributes/val.parquet                  80 rows",
         "  bradley_terry/train.parquet            720 rows",
         "  bradley_terry/val.parquet               80 rows",
         "  eval/test.parquet                      100 rows",
+        "  eval/val.parquet                        66 rows",
         "  grpo/pairwise/train.parquet            720 rows",
         "  grpo/pairwise/val.parquet               80 rows",
         "  grpo/pointwise/train.parquet           720 rows",
