@@ -123,7 +123,7 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
         )
     axes.set(xlabel="reward", ylabel="answers", title="Reward distribution per step")
     axes.legend(fontsize="small")
-    _save(figure, out / OUTPUTS[0])
+    save_figure(figure, out / OUTPUTS[0])
 
     figure, axes = plt.subplots(figsize=(7, 4))
     for step, members in steps.items():
@@ -132,7 +132,7 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
         )
     axes.set(xlabel="answer length (characters)", ylabel="reward", title="Reward against answer length")
     axes.legend(fontsize="small")
-    _save(figure, out / OUTPUTS[1])
+    save_figure(figure, out / OUTPUTS[1])
 
     figure, axes = plt.subplots(figsize=(7, 4))
     runs_by_step = [per_step(run) for run in runs]
@@ -140,7 +140,7 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
         ("judge: mean reward", "o", "tab:blue", _mean_reward),
         ("rules: accuracy", "s", "tab:orange", _rule_accuracy),
     ):
-        _plot_runs(
+        plot_runs(
             axes,
             [{step: figure_of(members) for step, members in by_step.items()} for by_step in runs_by_step],
             label,
@@ -150,11 +150,11 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
     checked = sum(r.rule_score is not None for r in rows)
     axes.set(xlabel="step", ylim=(0, 1), title=f"Judge against rules ({checked}/{len(rows)} answers rule-checkable)")
     axes.legend(fontsize="small")
-    _save(figure, out / OUTPUTS[2])
+    save_figure(figure, out / OUTPUTS[2])
     return [out / name for name in OUTPUTS]
 
 
-def _plot_runs(axes, curves: list[dict[int, float]], label: str, marker: str, colour: str) -> None:
+def plot_runs(axes, curves: list[dict[int, float]], label: str, marker: str, colour: str) -> None:
     """One run: its curve. Several: each faint, their mean, and their range shaded."""
     if len(curves) == 1:
         axes.plot(list(curves[0]), list(curves[0].values()), marker=marker, color=colour, label=label)
@@ -248,7 +248,7 @@ def _pair_accuracy(members: list[Row]) -> tuple[float, float]:
     return rule_pair_accuracy(list(groups.values()))
 
 
-def _save(figure, path: Path) -> None:
+def save_figure(figure, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     import matplotlib.pyplot as plt

@@ -63,7 +63,7 @@ def setting_types(config_class: type) -> dict[str, type]:
 
 def _list_settings(config_class: type) -> set[str]:
     hints = typing.get_type_hints(config_class)
-    return {item.name for item in _settings(config_class) if typing.get_origin(hints[item.name]) is list}
+    return {item.name for item in _settings(config_class) if typing.get_origin(_without_none(hints[item.name])) is list}
 
 
 def add_arguments(parser: argparse.ArgumentParser, config_class: type) -> None:
@@ -182,8 +182,16 @@ def _flag(name: str) -> str:
 
 
 def _scalar_type(hint) -> type:
+    hint = _without_none(hint)
     members = [member for member in typing.get_args(hint) if member is not type(None)] or [hint]
     return members[0]
+
+
+def _without_none(hint):
+    """`X | None` as X, any other hint as it is."""
+    arguments = typing.get_args(hint)
+    members = [member for member in arguments if member is not type(None)]
+    return members[0] if type(None) in arguments and len(members) == 1 else hint
 
 
 def _from_environment(env: str, kind: type):

@@ -52,11 +52,14 @@ class Inputs:
 
     paths: list[str] = option(REQUIRED, "one or more paths", positional=True)
     ports: list[int] = option(REQUIRED, "ports to try")
+    weights: list[float] | None = option(None, "optional weights")
 
 
 def test_a_list_setting_takes_one_or_more_typed_values():
     assert parse_configs("prog", None, (Inputs,), ["a", "--ports", "1"])[0] == Inputs(["a"], [1])
     assert parse_configs("prog", None, (Inputs,), ["a", "b", "--ports", "1", "2"])[0] == Inputs(["a", "b"], [1, 2])
+    given = parse_configs("prog", None, (Inputs,), ["a", "--ports", "1", "--weights", "0.5", "2"])[0]
+    assert given.weights == [0.5, 2.0]
 
 
 def help_of(config_class: type) -> dict[str, str]:

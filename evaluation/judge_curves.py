@@ -1,0 +1,158 @@
+"""A judge's learning curves from its evaluations: `python -m evaluation.judge_curves RUN [RUN ...] --out OUT`.
+
+RUN is a folder of `python -m evaluation` outputs, one per checkpoint, each named `step<N>` (evaluate the export of
+step N with `--out RUN/step<N>`; step0 for the model the run started from). Several RUNs are the same settings with
+other seeds. `--metrics` gives one verl metrics file per RUN (`trainer.logger=[console,file]`: the launcher writes
+`<save folder>/launch/metrics.jsonl`), and `--metric` the key drawn from it (`val/loss` by default).
+
+It prints, per step and run, the score against its chance level, the position consistency (pairwise judges
+evaluated in both orders), the failed rows and the metric at that step, and writes judge_curves.png: the score with
+chance dashed, the position consistency, and the metric, each against the step; with several runs their mean and
+range. matplotlib comes with the `eval` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+from judge_rewards.settings import REQUIRED, option, parse_configs
+
+from .reward_plots import plot_runs, save_figure
+
+OUTPUT = "judge_curves.png"
+STEP_FOLDER = re.compile(r"step(\d+)")
+
+
+@dataclasses.dataclass
+class JudgeCurvesConfig:
+    runs: list[str] = option(
+        REQUIRED, "folders of evaluations named step<N> (python -m evaluation --out RUN/step<N>)", positional=True
+    )
+    metrics: list[str] | None = option(None, "verl metrics.jsonl files, one per RUN in their order")
+    metric: str = option("val/loss", "the key of the metrics files drawn against the step")
+    out: str = option("judge_curves", "folder the PNG is written to")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    score: float
+    chance: float
+    position_consistency: float  # NaN: not evaluated in both orders
+    failed_rows: int
+    rows: int
+
+
+def read_run(folder: Path) -> dict[int, Point]:
+    """Every `step<N>/results.json` under the folder, by N; a folder without any is an error naming it."""
+    points = {}
+    for child in folder.iterdir() if folder.is_dir() else ():
+        match = STEP_FOLDER.fullmatch(child.name)
+        if match and child.is_dir():
+            points[int(match.group(1))] = _point(child / "results.json")
+    if not points:
+        raise FileNotFoundError(f"{folder}: no step<N>/results.json (python -m evaluation --out {folder}/step<N>)")
+    return dict(sorted(points.items()))
+
+
+def _point(path: Path) -> Point:
+    results = json.loads(path.read_text())
+    missing = [key for key in ("score", "chance", "rows", "failed_rows") if key not in results]
+    if missing:
+        raise ValueError(f"{path}: no {missing} (is this python -m evaluation's results.json?)")
+    consistency = results.get("position_consistency") or {}
+    return Point(
+        results["score"],
+        results["chance"],
+        consistency.get("share", math.nan) if consistency.get("completions") else math.nan,
+        results["failed_rows"],
+        results["rows"],
+    )
+
+
+def read_metric(path: Path, key: str) -> dict[int, float]:
+    """The key's value by step in a verl file-logger JSONL ({"step": N, "data": {...}} per line)."""
+    values = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "step" not in record or not isinstance(record.get("data"), dict):
+            raise ValueError(f"{path}:{number}: not a verl file-logger line ({{'step': N, 'data': {{...}}}})")
+        if key in record["data"]:
+            values[record["step"]] = float(record["data"][key])
+    if not values:
+        raise ValueError(f"{path}: no line holds {key!r}")
+    return values
+
+
+def table(runs: list[dict[int, Point]], names: list[str], metrics: list[dict[int, float]], key: str) -> list[str]:
+    """Per step and run: the score and its chance, position consistency, failed rows, and the metric there."""
+    width = max(map(len, names))
+    lines = [
+        f"{'step':>4}  {'run':<{width}}  {'score':>6}  {'chance':>6}  {'position consistency':>20}  "
+        f"{'failed rows':>11}  {key:>10}"
+    ]
+    for step in sorted({step for run in runs for step in run}):
+        for index, (name, run) in enumerate(zip(names, runs, strict=True)):
+            if step not in run:
+                continue
+            point = run[step]
+            consistency = "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f}"
+            metric = metrics[index].get(step) if metrics else None
+            shown = "-" if metric is None else f"{metric:.4f}"
+            lines.append(
+                f"{step:>4}  {name:<{width}}  {100 * point.score:>6.1f}  {100 * point.chance:>6.1f}  "
+                f"{consistency:>20}  {f'{point.failed_rows}/{point.rows}':>11}  {shown:>10}"
+            )
+    return lines
+
+
+def draw(runs: list[dict[int, Point]], metrics: list[dict[int, float]], key: str, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    panels = 3 if metrics else 2
+    figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
+    plot_runs(axes[0], [{s: 100 * p.score for s, p in run.items()} for run in runs], "score", "o", "tab:blue")
+    chance = {100 * p.chance for run in runs for p in run.values()}
+    for level in chance:
+        axes[0].axhline(level, linestyle="--", color="grey", label=f"chance {level:.1f}")
+    axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (held-out style, expected scores)")
+    consistency = [
+        {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)} for run in runs
+    ]
+    if any(consistency):
+        plot_runs(axes[1], consistency, "position consistency", "s", "tab:orange")
+    axes[1].set(xlabel="step", ylim=(0, 1), title="Position consistency (both orders)")
+    if metrics:
+        plot_runs(axes[2], metrics, key, "^", "tab:green")
+        axes[2].set(xlabel="step", title=key)
+    for panel in axes:
+        if panel.get_legend_handles_labels()[0]:
+            panel.legend(fontsize="small")
+    save_figure(figure, out / OUTPUT)
+    return out / OUTPUT
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = parse_configs("python -m evaluation.judge_curves", __doc__, [JudgeCurvesConfig], argv)
+    if config.metrics and len(config.metrics) != len(config.runs):
+        raise SystemExit(f"judge_curves: {len(config.metrics)} --metrics files for {len(config.runs)} runs")
+    try:
+        runs = [read_run(Path(folder)) for folder in config.runs]
+        metrics = [read_metric(Path(path), config.metric) for path in config.metrics or ()]
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"judge_curves: {err}") from None
+    print("\n".join(table(runs, config.runs, metrics, config.metric)))
+    print(draw(runs, metrics, config.metric, Path(config.out)))
+
+
+if __name__ == "__main__":
+    main()
