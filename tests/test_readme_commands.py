@@ -213,7 +213,13 @@ RUN: dict[tuple[str, str], Run | str] = {
     ): Run(recorded=True),
     (  # the runs with the hard-negative judge
         "cookbooks/rl_with_judge_reward/README.md",
-        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation",
+        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation "
+        "cookbooks/rl_with_judge_reward/results/hard-negatives-seed2",
+    ): Run(recorded=True),
+    (  # a rerun of seed 1 beside the first run
+        "cookbooks/rl_with_judge_reward/README.md",
+        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation "
+        "cookbooks/rl_with_judge_reward/results/hard-negatives-seed1-rerun/validation",
     ): Run(recorded=True),
     (  # and the demo judge's training rollouts, for the judge's pair accuracy
         "cookbooks/rl_with_judge_reward/README.md",
