@@ -386,6 +386,7 @@ def test_pairwise_warm_start_answers_parse_to_the_grpo_labels(small, split):
         assert parsed.value == templates.read_ground_truth(grpo_row["reward_model"]["ground_truth"])["better"]
         _, fact, _ = QUESTIONS[question_in(judge_prompt[0]["content"])]
         assert f"Response {parsed.value} says {fact.answer}, which is correct" in parsed.reasoning
+        assert parsed.reasoning.startswith("Response A says ") and "; Response B says " in parsed.reasoning
         assert len(parsed.reasoning.split()) <= 20, parsed.reasoning
         labels[parsed.value] += 1
     assert labels["A"] == len(grpo) // 2
