@@ -121,10 +121,9 @@ def draw(runs: list[dict[int, Point]], metrics: list[dict[int, float]], key: str
     panels = 3 if metrics else 2
     figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
     plot_runs(axes[0], [{s: 100 * p.score for s, p in run.items()} for run in runs], "score", "o", "tab:blue")
-    chance = {100 * p.chance for run in runs for p in run.values()}
-    for level in chance:
+    for level in sorted({round(100 * p.chance, 1) for run in runs for p in run.values()}):
         axes[0].axhline(level, linestyle="--", color="grey", label=f"chance {level:.1f}")
-    axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (held-out style, expected scores)")
+    axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (RewardBench 2-style)")
     consistency = [
         {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)} for run in runs
     ]
