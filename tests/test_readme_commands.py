@@ -241,7 +241,8 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("cookbooks/training_judge_model/sft/README.md", SMOLLM2_FIRST): Run(),
     (  # the pairwise warm starts' committed evaluations and metrics: the recorded curves must come out of them
         "cookbooks/training_judge_model/sft/README.md",
-        "$ python -m evaluation.judge_curves cookbooks/training_judge_model/sft/results/pairwise-warm-start/better-first",
+        "$ python -m evaluation.judge_curves "
+        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/better-first",
     ): Run(recorded=True),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
