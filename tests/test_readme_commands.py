@@ -244,6 +244,10 @@ RUN: dict[tuple[str, str], Run | str] = {
         "$ python -m evaluation.judge_curves "
         "cookbooks/training_judge_model/sft/results/pairwise-warm-start/better-first",
     ): Run(recorded=True),
+    (
+        "cookbooks/training_judge_model/sft/README.md",
+        "$ python -m evaluation.judge_curves cookbooks/training_judge_model/sft/results/pairwise-warm-start/a-then-b",
+    ): Run(recorded=True),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
     ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
