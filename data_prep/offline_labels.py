@@ -34,15 +34,12 @@ def pairwise_answer(good_is_a: bool, answer: str, wrong: str) -> str:
     """A pairwise judge's answer to a correct statement against a confidently wrong one. The reasoning takes A
     then B, whichever is right, so each verdict word follows the value it judges: naming the better response
     first would put the whole decision on the reasoning's first token, before the judge has read anything."""
-    said = (
-        {"A": (answer, "correct"), "B": (wrong, "wrong")}
-        if good_is_a
-        else {"A": (wrong, "wrong"), "B": (answer, "correct")}
-    )
+    good = "A" if good_is_a else "B"
+    said = {letter: (answer, "correct") if letter == good else (wrong, "wrong") for letter in ("A", "B")}
     reasoning = "; ".join(
         f"Response {letter} says {value}, which is {verdict}" for letter, (value, verdict) in said.items()
     )
-    return _think(reasoning + ".") + f"<better>{'A' if good_is_a else 'B'}</better>"
+    return _think(reasoning + ".") + f"<better>{good}</better>"
 
 
 # Synthetic attribute rules (data_prep/README.md explains them); keys are the grades.
