@@ -7,7 +7,10 @@ the launchers' Python side in process (tests.grpo_recipe.launch_in_python), whic
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 
@@ -24,11 +27,12 @@ from tests.grpo_recipe import (
     launch_error,
     launch_in_python,
     launcher_env,
+    processes_mentioning,
     ray_head,
     run_launcher,
     stand_in_dashboard,
 )
-from training.launch.grpo import AT_THE_END_ONLY
+from training.launch.grpo import AT_THE_END_ONLY, local_ray_env
 
 CPU_SITE = str(REPO_ROOT / "training" / "cpu_site")
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -109,6 +113,48 @@ def test_cpu_dry_run_prints_a_local_run_on_the_snapshot_and_starts_nothing(data_
     assert export[:4] == ["python", "-m", "training.export", "causal-lm"]
     assert export[export.index("--dtype") + 1] == "fp32"
     assert not save_dir.exists()
+
+
+def test_cpu_mode_gives_each_ray_worker_its_share_of_the_cores_unless_omp_num_threads_is_set(data_files):
+    cores = len(os.sched_getaffinity(0))
+    env = launcher_env(RAY_MODE="local", **data_files)
+    del env["OMP_NUM_THREADS"]
+    for workers in (1, 2):
+        result = run_launcher("pointwise", "--dry-run", f"trainer.n_gpus_per_node={workers}", env=env)
+        (trainer, _) = dry_run_commands(result)
+        assert f"OMP_NUM_THREADS={max(1, cores // workers)}" in trainer[: trainer.index("python")]
+    (trainer, _) = dry_run_commands(run_launcher("pointwise", "--dry-run", env={**env, "OMP_NUM_THREADS": "3"}))
+    assert not any(arg.startswith("OMP_NUM_THREADS=") for arg in trainer)  # the set value is inherited
+
+
+RAY_WORKER_THREADS = """
+import sys
+import ray, torch
+ray.init(address="local", include_dashboard=False, num_cpus=4, _temp_dir=sys.argv[1])
+
+@ray.remote  # like verl's workers: no num_cpus, so Ray would give it OMP_NUM_THREADS=1
+class Worker:
+    def threads(self):
+        return torch.get_num_threads()
+
+print(ray.get(Worker.remote().threads.remote()))
+ray.shutdown()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: a worker has one thread either way")
+def test_a_local_ray_worker_in_cpu_mode_uses_every_core(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the launcher's own environment, as a user's shell has it
+    config = OmegaConf.create({"trainer": {"device": "cpu", "n_gpus_per_node": 1}})
+    env = {key: value for key, value in launcher_env().items() if key != "OMP_NUM_THREADS"}
+    env.update(local_ray_env(config))
+    with tempfile.TemporaryDirectory(prefix="rayt", dir="/tmp") as ray_tmpdir:
+        result = subprocess.run(
+            [sys.executable, "-c", RAY_WORKER_THREADS, ray_tmpdir], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert processes_mentioning(ray_tmpdir) == [], "a Ray process outlived the driver"
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout.split()[-1]) == len(os.sched_getaffinity(0))
 
 
 def test_pointwise_and_pairwise_differ_only_in_their_mode(tmp_path_factory):

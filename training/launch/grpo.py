@@ -39,6 +39,7 @@ RAY_ADDRESS_PATTERN = re.compile(r"^https?://[^/\s]+/?$")
 JUDGE_URL_PATTERN = re.compile(r"^https?://[^/\s]+(/\S*)?$")
 JUDGE_API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # never in the config: it would show in the snapshot and the Ray dashboard
 JUDGE_PROBE_TIMEOUT_S = 10
+OMP_THREADS_ENV = "OMP_NUM_THREADS"
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -358,9 +359,7 @@ def train_command(config: DictConfig, snapshot_dir: Path, recipe_name: str) -> C
         runtime_env = json.dumps({"env_vars": job_environment(cpu_mode)})
         submit = ["ray", "job", "submit", "--address", config.launch.ray_address, "--submission-id", submission_id]
         return Command("train", [*submit, "--runtime-env-json", runtime_env, "--", *trainer], ray_cluster.job_cli_env())
-    return Command(
-        "train", ["env", "-u", "RAY_ADDRESS", *trainer, *local_ray_overrides(config)], local_ray_env(cpu_mode)
-    )
+    return Command("train", ["env", "-u", "RAY_ADDRESS", *trainer, *local_ray_overrides(config)], local_ray_env(config))
 
 
 def job_environment(cpu_mode: bool) -> dict[str, str]:
@@ -370,12 +369,19 @@ def job_environment(cpu_mode: bool) -> dict[str, str]:
     return {"PYTHONPATH": f"{CPU_SITE_DIR}:{REPO_ROOT}", "JUDGE_CPU_DTYPE": training_dtype("cpu")}
 
 
-def local_ray_env(cpu_mode: bool) -> dict[str, str]:
+def local_ray_env(config: DictConfig) -> dict[str, str]:
     """Loopback only: nothing outside this machine needs to reach a private instance. The repository on
-    PYTHONPATH for the reward function (CPU mode: the core puts it there with the CPU fixes)."""
+    PYTHONPATH for the reward function (CPU mode: the core puts it there with the CPU fixes).
+
+    CPU mode: Ray sets OMP_NUM_THREADS=1 in a worker that asks for no CPUs, as verl's workers do, which
+    leaves torch one core for the rollouts and the update. Each of the n_gpus_per_node workers gets its share
+    of this machine's cores instead, unless OMP_NUM_THREADS is set here."""
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    if not cpu_mode:
+    if config.trainer.device != "cpu":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    elif OMP_THREADS_ENV not in os.environ:
+        cores = len(os.sched_getaffinity(0))
+        env[OMP_THREADS_ENV] = str(max(1, cores // config.trainer.n_gpus_per_node))
     return env
 
 
