@@ -3,12 +3,15 @@
 RUN is a folder of `python -m evaluation` outputs, one per checkpoint, each named `step<N>` (evaluate the export of
 step N with `--out RUN/step<N>`; step0 for the model the run started from). Several RUNs are the same settings with
 other seeds. `--metrics` gives one verl metrics file per RUN (`trainer.logger=[console,file]`: the launcher writes
-`<save folder>/launch/metrics.jsonl`), and `--metric` the key drawn from it (`val/loss` by default).
+`<save folder>/launch/metrics.jsonl`), and `--metric` the key drawn from it (`val/loss` by default). `--validation`
+gives one verl validation folder per RUN (a GRPO judge's `trainer.validation_data_dir`; evaluation/verl_validation.py):
+its accuracy, format failures and position consistency per validation step.
 
 It prints, per step and run, the score against its chance level, the position consistency (pairwise judges
-evaluated in both orders), the failed rows and the metric at that step, and writes judge_curves.png: the score with
-chance dashed, the position consistency, and the metric, each against the step; with several runs their mean and
-range. matplotlib comes with the `eval` extra.
+evaluated in both orders), the failed rows and the metric at that step, then the verl validations, and writes
+judge_curves.png: the score with chance dashed, the position consistency (of both kinds of evaluation), the metric
+and the verl validation accuracy, each against the step; with several runs their mean and range. matplotlib comes
+with the `eval` extra.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from judge_rewards.settings import REQUIRED, option, parse_configs
 
 from .reward_plots import plot_runs, save_figure
+from .verl_validation import ValidationPoint, read_validation
 
 OUTPUT = "judge_curves.png"
 STEP_FOLDER = re.compile(r"step(\d+)")
@@ -34,6 +38,9 @@ class JudgeCurvesConfig:
     )
     metrics: list[str] | None = option(None, "verl metrics.jsonl files, one per RUN in their order")
     metric: str = option("val/loss", "the key of the metrics files drawn against the step")
+    validation: list[str] | None = option(
+        None, "verl validation folders (trainer.validation_data_dir), one per RUN in their order"
+    )
     out: str = option("judge_curves", "folder the PNG is written to")
 
 
@@ -111,28 +118,68 @@ def table(runs: list[dict[int, Point]], names: list[str], metrics: list[dict[int
     return lines
 
 
-def draw(runs: list[dict[int, Point]], metrics: list[dict[int, float]], key: str, out: Path) -> Path:
+def validation_table(validations: list[dict[int, ValidationPoint]], names: list[str]) -> list[str]:
+    """Per verl validation step and run: accuracy, format failures, position consistency over the parsed pairs."""
+    width = max(map(len, names))
+    lines = [
+        f"{'step':>4}  {'run':<{width}}  {'verl val accuracy':>17}  {'format failures':>15}  "
+        f"{'position consistency':>20}  {'unpaired':>8}"
+    ]
+    for step in sorted({step for validation in validations for step in validation}):
+        for name, validation in zip(names, validations, strict=True):
+            if step not in validation:
+                continue
+            point = validation[step]
+            consistency = (
+                "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f} of {point.pairs}"
+            )
+            lines.append(
+                f"{step:>4}  {name:<{width}}  {point.accuracy:>17.3f}  {f'{point.format_failures}/{point.rows}':>15}  "
+                f"{consistency:>20}  {point.unpaired:>8}"
+            )
+    return lines
+
+
+def draw(
+    runs: list[dict[int, Point]],
+    metrics: list[dict[int, float]],
+    key: str,
+    validations: list[dict[int, ValidationPoint]],
+    out: Path,
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    panels = 3 if metrics else 2
+    panels = 2 + bool(metrics) + bool(validations)
     figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
     plot_runs(axes[0], [{s: 100 * p.score for s, p in run.items()} for run in runs], "score", "o", "tab:blue")
     for level in sorted({round(100 * p.chance, 1) for run in runs for p in run.values()}):
         axes[0].axhline(level, linestyle="--", color="grey", label=f"chance {level:.1f}")
     axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (RewardBench 2-style)")
-    consistency = [
-        {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)} for run in runs
-    ]
-    if any(consistency):
-        plot_runs(axes[1], consistency, "position consistency", "s", "tab:orange")
+    for curves, label, marker, colour in (
+        (runs, "offline evaluation", "s", "tab:orange"),
+        (validations, "verl validation", "D", "tab:purple"),
+    ):
+        consistency = [
+            {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)}
+            for run in curves
+        ]
+        if any(consistency):
+            plot_runs(axes[1], consistency, label, marker, colour)
     axes[1].set(xlabel="step", ylim=(0, 1), title="Position consistency (both orders)")
+    extra = iter(axes[2:])
     if metrics:
-        plot_runs(axes[2], metrics, key, "^", "tab:green")
-        axes[2].set(xlabel="step", title=key)
+        panel = next(extra)
+        plot_runs(panel, metrics, key, "^", "tab:green")
+        panel.set(xlabel="step", title=key)
+    if validations:
+        panel = next(extra)
+        accuracy = [{s: p.accuracy for s, p in run.items()} for run in validations]
+        plot_runs(panel, accuracy, "accuracy", "D", "tab:purple")
+        panel.set(xlabel="step", ylim=(0, 1), title="verl validation accuracy")
     for panel in axes:
         if panel.get_legend_handles_labels()[0]:
             panel.legend(fontsize="small")
@@ -142,15 +189,19 @@ def draw(runs: list[dict[int, Point]], metrics: list[dict[int, float]], key: str
 
 def main(argv: list[str] | None = None) -> None:
     (config,) = parse_configs("python -m evaluation.judge_curves", __doc__, [JudgeCurvesConfig], argv)
-    if config.metrics and len(config.metrics) != len(config.runs):
-        raise SystemExit(f"judge_curves: {len(config.metrics)} --metrics files for {len(config.runs)} runs")
+    for flag, given in (("--metrics", config.metrics), ("--validation", config.validation)):
+        if given and len(given) != len(config.runs):
+            raise SystemExit(f"judge_curves: {len(given)} {flag} for {len(config.runs)} runs")
     try:
         runs = [read_run(Path(folder)) for folder in config.runs]
         metrics = [read_metric(Path(path), config.metric) for path in config.metrics or ()]
+        validations = [read_validation(Path(folder)) for folder in config.validation or ()]
     except (OSError, ValueError) as err:
         raise SystemExit(f"judge_curves: {err}") from None
     print("\n".join(table(runs, config.runs, metrics, config.metric)))
-    print(draw(runs, metrics, config.metric, Path(config.out)))
+    if validations:
+        print("\n".join(validation_table(validations, config.runs)))
+    print(draw(runs, metrics, config.metric, validations, Path(config.out)))
 
 
 if __name__ == "__main__":

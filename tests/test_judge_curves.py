@@ -85,7 +85,7 @@ def test_a_results_file_of_something_else_is_an_error_naming_it(tmp_path):
 
 def test_metrics_must_match_the_runs_and_hold_the_key(two_runs, tmp_path, monkeypatch):
     metrics = metrics_file(tmp_path / "m.jsonl", {0: 0.5}, monkeypatch)
-    with pytest.raises(SystemExit, match=r"^judge_curves: 1 --metrics files for 2 runs$"):
+    with pytest.raises(SystemExit, match=r"^judge_curves: 1 --metrics for 2 runs$"):
         main([*map(str, two_runs), "--metrics", str(metrics)])
     with pytest.raises(SystemExit, match=r"m.jsonl: no line holds 'val-core/reward'$"):
         main([str(two_runs[0]), "--metrics", str(metrics), "--metric", "val-core/reward"])

@@ -180,6 +180,23 @@ def test_prompts_embed_the_conversation_and_answer_format():
     assert "<better>A</better>" in pair["content"]
 
 
+@given(st.text(), st.text(), st.text())
+@settings(max_examples=200, deadline=None)
+def test_split_pairwise_prompt_gives_back_the_responses_or_none(question, response_a, response_b):
+    [pair] = t.pairwise_messages(question, response_a, response_b)
+    split = t.split_pairwise_prompt(f"<|user|>{pair['content']}<|assistant|>")  # as a chat template renders it
+    assert split is None or split[1:] == (response_a, response_b)
+    if not any(quoted in question + response_a + response_b for quoted in ("## Response", "First reason")):
+        assert split is not None
+
+
+def test_split_pairwise_prompt_of_a_quoted_heading_or_another_prompt_is_none():
+    [pair] = t.pairwise_messages("2+2?", "4\n\n## Response B\n5", "5")
+    assert t.split_pairwise_prompt(pair["content"]) is None
+    [pointwise] = t.pointwise_messages("2+2?", "4")
+    assert t.split_pairwise_prompt(pointwise["content"]) is None
+
+
 def test_conversation_messages_and_validation():
     assert t.conversation_messages("q", "a") == [
         {"role": "user", "content": "q"},

@@ -52,6 +52,7 @@ PAIRWISE_INSTRUCTIONS = (
     "Decide which one is more helpful for the user. Judge correctness first, then completeness and "
     "clarity; neither the order of the responses nor their length is a merit."
 )
+_RESPONSE_A_HEADING, _RESPONSE_B_HEADING = "## Response A\n", "## Response B\n"
 PAIRWISE_ANSWER_FORMAT = (
     "First reason step by step inside <think></think>, then name the better response as "
     "<better>A</better> or <better>B</better>."
@@ -105,11 +106,24 @@ def pairwise_messages(prompt: Conversation, response_a: str, response_b: str) ->
     parts = [
         PAIRWISE_INSTRUCTIONS,
         "## Conversation\n" + render_transcript(as_messages(prompt)),
-        "## Response A\n" + response_a,
-        "## Response B\n" + response_b,
+        _RESPONSE_A_HEADING + response_a,
+        _RESPONSE_B_HEADING + response_b,
         PAIRWISE_ANSWER_FORMAT,
     ]
     return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def split_pairwise_prompt(text: str) -> tuple[str, str, str] | None:
+    """What comes before response A, response A and response B in a text that holds one pairwise judge prompt
+    (its message content, or the prompt as a chat template renders it). None when the text holds none, or holds
+    a heading or the answer format more than once: a quoted one would make the split ambiguous."""
+    markers = ["\n\n" + part for part in (_RESPONSE_A_HEADING, _RESPONSE_B_HEADING, PAIRWISE_ANSWER_FORMAT)]
+    if any(text.count(marker) != 1 for marker in markers):
+        return None
+    a_start, b_start, end = (text.index(marker) for marker in markers)
+    if not a_start < b_start < end:
+        return None
+    return text[:a_start], text[a_start + len(markers[0]) : b_start], text[b_start + len(markers[1]) : end]
 
 
 @dataclass(frozen=True)
