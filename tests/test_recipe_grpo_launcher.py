@@ -317,12 +317,14 @@ def test_relative_paths_become_absolute(data_files, monkeypatch, tmp_path):
         (tmp_path / name).write_bytes(b"")
     monkeypatch.chdir(tmp_path)
     launch = cpu_launch(
-        {}, monkeypatch, MODEL_PATH="./model", TRAIN_FILE="t.parquet", VAL_FILE="v.parquet", SAVE_DIR="s"
-    )
+        {}, monkeypatch, "trainer.validation_data_dir=s/validation", MODEL_PATH="./model", TRAIN_FILE="t.parquet",
+        VAL_FILE="v.parquet", SAVE_DIR="s",
+    )  # fmt: skip
     assert (value(launch, "data.train_files"), value(launch, "actor_rollout_ref.model.path")) == (
         str(tmp_path / "t.parquet"),
         str(tmp_path / "model"),
     )
+    assert value(launch, "trainer.validation_data_dir") == str(tmp_path / "s" / "validation")
     assert value(launch, "launch.export_dir") == str(tmp_path / "s" / "hf")
 
 

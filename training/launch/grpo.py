@@ -190,9 +190,15 @@ def choose_ray_mode(address: str, address_given: bool, check: Checker) -> tuple[
 
 
 def make_paths_absolute(config: DictConfig) -> None:
-    """Data, save folder, export folder and a local model against this directory; the reward file against the
-    repository (the recipe YAMLs name it inside the repository)."""
-    for key in ("data.train_files", "data.val_files", "trainer.default_local_dir", "trainer.rollout_data_dir"):
+    """Data, save folder, dump folders, export folder and a local model against this directory; the reward file
+    against the repository (the recipe YAMLs name it inside the repository)."""
+    for key in (
+        "data.train_files",
+        "data.val_files",
+        "trainer.default_local_dir",
+        "trainer.rollout_data_dir",
+        "trainer.validation_data_dir",
+    ):
         _absolute(config, key, Path.cwd())
     if Path(str(OmegaConf.select(config, f"{MODEL}.path"))).is_dir():
         _absolute(config, f"{MODEL}.path", Path.cwd())
