@@ -248,6 +248,13 @@ RUN: dict[tuple[str, str], Run | str] = {
         "cookbooks/training_judge_model/sft/README.md",
         "$ python -m evaluation.judge_curves cookbooks/training_judge_model/sft/results/pairwise-warm-start/a-then-b",
     ): Run(recorded=True),
+    (  # GRPO on the pairwise warm start: the committed validation dumps and evaluations make the recorded curves
+        f"{GRPO}/README.md",
+        f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-lr1e-5-seed1",
+    ): Run(recorded=True),
+    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-lr2e-6-seed1"): Run(
+        recorded=True
+    ),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
     ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
