@@ -103,18 +103,14 @@ def table(runs: list[dict[int, Point]], names: list[str], metrics: list[dict[int
         f"{'step':>4}  {'run':<{width}}  {'score':>6}  {'chance':>6}  {'position consistency':>20}  "
         f"{'failed rows':>11}  {key:>10}"
     ]
-    for step in sorted({step for run in runs for step in run}):
-        for index, (name, run) in enumerate(zip(names, runs, strict=True)):
-            if step not in run:
-                continue
-            point = run[step]
-            consistency = "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f}"
-            metric = metrics[index].get(step) if metrics else None
-            shown = "-" if metric is None else f"{metric:.4f}"
-            lines.append(
-                f"{step:>4}  {name:<{width}}  {100 * point.score:>6.1f}  {100 * point.chance:>6.1f}  "
-                f"{consistency:>20}  {f'{point.failed_rows}/{point.rows}':>11}  {shown:>10}"
-            )
+    for step, index, name, point in _by_step(runs, names):
+        consistency = "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f}"
+        metric = metrics[index].get(step) if metrics else None
+        shown = "-" if metric is None else f"{metric:.4f}"
+        lines.append(
+            f"{step:>4}  {name:<{width}}  {100 * point.score:>6.1f}  {100 * point.chance:>6.1f}  "
+            f"{consistency:>20}  {f'{point.failed_rows}/{point.rows}':>11}  {shown:>10}"
+        )
     return lines
 
 
@@ -125,19 +121,23 @@ def validation_table(validations: list[dict[int, ValidationPoint]], names: list[
         f"{'step':>4}  {'run':<{width}}  {'verl val accuracy':>17}  {'format failures':>15}  "
         f"{'position consistency':>20}  {'unpaired':>8}"
     ]
-    for step in sorted({step for validation in validations for step in validation}):
-        for name, validation in zip(names, validations, strict=True):
-            if step not in validation:
-                continue
-            point = validation[step]
-            consistency = (
-                "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f} of {point.pairs}"
-            )
-            lines.append(
-                f"{step:>4}  {name:<{width}}  {point.accuracy:>17.3f}  {f'{point.format_failures}/{point.rows}':>15}  "
-                f"{consistency:>20}  {point.unpaired:>8}"
-            )
+    for step, _, name, point in _by_step(validations, names):
+        consistency = (
+            "-" if math.isnan(point.position_consistency) else f"{point.position_consistency:.3f} of {point.pairs}"
+        )
+        lines.append(
+            f"{step:>4}  {name:<{width}}  {point.accuracy:>17.3f}  {f'{point.format_failures}/{point.rows}':>15}  "
+            f"{consistency:>20}  {point.unpaired:>8}"
+        )
     return lines
+
+
+def _by_step(runs: list[dict], names: list[str]):
+    """(step, run index, run name, point) for every step any run has, step by step, runs in their order."""
+    for step in sorted({step for run in runs for step in run}):
+        for index, (name, run) in enumerate(zip(names, runs, strict=True)):
+            if step in run:
+                yield step, index, name, run[step]
 
 
 def draw(
