@@ -104,11 +104,27 @@ class BaseJudgeReward:
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
         """`reward(**item)` for each item ({prompt, completion, answer?, answer_type?}), in order, all
-        in flight at once. With return_exceptions, a failed item's entry is its JudgeUnavailableError
-        instead of the call raising it."""
+        in flight at once: queued together, so that they go out in as few requests as max_batch_size allows.
+        With return_exceptions, a failed item's entry is its JudgeUnavailableError instead of the call raising it."""
         items = list(items)
         if self.config.group_relative:
             return self.reward_groups(items, return_exceptions)
+        if type(self)._request_judge is not BaseJudgeReward._request_judge:
+            return self._reward_each(items, return_exceptions)
+        looked_up = [self._lookup(**item) for item in items]
+        started = time.monotonic()
+        asked = [request for request, cached in looked_up if cached is None]
+        answers = iter(self._wait_all(self._client.submit_all(asked)))
+        rewards = []
+        for request, cached in looked_up:
+            if cached is None:
+                cached = self._reward_or_error(request, next(answers), started, return_exceptions)
+            rewards.append(cached)
+        return rewards
+
+    def _reward_each(self, items: list[Mapping[str, Any]], return_exceptions: bool) -> list:
+        """reward_batch of a subclass that overrides `_request_judge`: its override judges each item, from
+        pool threads."""
 
         def one(item: Mapping[str, Any]):
             try:
@@ -119,6 +135,32 @@ class BaseJudgeReward:
                 raise
 
         return list(self._thread_pool().map(one, items))
+
+    def _wait_all(self, futures: list[concurrent.futures.Future]) -> list[JudgeResult | JudgeUnavailableError]:
+        """Each future's result or error, waiting for all of them at most result_timeout in all."""
+        concurrent.futures.wait(futures, timeout=self._client.result_timeout)
+        outcomes = []
+        for future in futures:
+            if not future.done():
+                outcomes.append(self._result_timeout_error())
+            elif isinstance(future.exception(), JudgeUnavailableError):
+                outcomes.append(future.exception())
+            else:
+                outcomes.append(future.result())
+        return outcomes
+
+    def _reward_or_error(
+        self, request: JudgeItem, outcome: JudgeResult | JudgeUnavailableError, started: float, return_exceptions: bool
+    ):
+        if not isinstance(outcome, JudgeUnavailableError):
+            return self._answered(request, outcome, started)
+        self._metrics.count("judge_failures")
+        try:
+            return self._fallback(request, outcome)
+        except JudgeUnavailableError as err:
+            if return_exceptions:
+                return err
+            raise
 
     def reward_groups(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
         """Group-relative rewards of `items` ({prompt, completion, answer?, answer_type?}), in order: the items

@@ -206,6 +206,34 @@ def test_results_are_matched_by_request_id_not_by_order(faulty):
         assert system.get_metrics()["batched_fraction"] > 0.5
 
 
+def test_reward_batch_queues_its_items_together(faulty):
+    # With no wait for stragglers (batch_timeout 0) only items queued at once share a request: queued one at a
+    # time from threads, 40 items went out in 2 to 10 requests.
+    with make_system(faulty.url, max_batch_size=64, batch_timeout=0.0) as system:
+        results = system.reward_batch([item(n) for n in range(1, 41)])
+        assert [r["reward"] for r in results] == [n / 1000 for n in range(1, 41)]
+        assert faulty.batch_sizes == [40]
+    with make_system(faulty.url, max_batch_size=16, batch_timeout=0.0) as system:
+        system.reward_batch([item(n) for n in range(41, 81)])
+        assert faulty.batch_sizes == [40, 16, 16, 8]
+
+
+def test_reward_batch_mixes_cached_answered_and_failed_items_in_order(faulty):
+    faulty.script = ["ok", "garbage"]
+    with make_system(faulty.url, max_batch_size=2, batch_timeout=0.0, max_retries=0) as system:
+        assert system.reward(**item(1))["source"] == "judge"
+        results = system.reward_batch([item(2), item(1), item(3, completion="\\boxed{0}")])
+        assert [r["source"] for r in results] == ["rule_fallback", "cache", "rule_fallback"]
+        assert [r["reward"] for r in results] == [1.0, 0.001, 0.0]
+        assert faulty.batch_sizes == [1, 2]
+    faulty.mode = "garbage"
+    with make_system(faulty.url, fallback_to_rule=False, max_retries=0) as system:
+        with pytest.raises(JudgeUnavailableError, match="not JSON"):
+            system.reward_batch([item(5)])
+        failed = system.reward_batch([item(6), item(7)], return_exceptions=True)
+        assert [type(outcome) for outcome in failed] == [JudgeUnavailableError] * 2
+
+
 def test_garbage_body_falls_back_to_rules_with_the_reason(faulty, caplog):
     faulty.mode = "garbage"
     with make_system(faulty.url) as system, caplog.at_level(logging.WARNING, logger="JudgeReward"):
@@ -399,6 +427,8 @@ def test_subclass_hook_changes_judgements_and_keeps_cache_and_fallback(faulty):
             "this judge refuses 13",
             1.0,
         )
+        batch = judge.reward_batch([item(3), item(13)])  # reward_batch goes through the override too
+        assert [(r["source"], r["reward"]) for r in batch] == [("judge", 0.1), ("rule_fallback", 1.0)]
 
 
 def test_areward_awaits_many_items_in_batches_without_a_thread_each(faulty):
