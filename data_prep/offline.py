@@ -53,6 +53,12 @@ class OfflineConfig:
         "pairwise rows (grpo/pairwise, sft_judge_pairwise) in both orders: each pair twice, the second time with its "
         "answers swapped, so that a judge trained on them cannot gain from a position (the other files are unchanged)",
     )
+    pointwise_reference: bool = option(
+        False,
+        "pointwise judge rows (grpo/pointwise, sft_judge_pointwise) show the judge a correct reference answer "
+        "(reference-guided grading): a small judge then compares instead of recalling the fact; evaluate it with "
+        "--reference-column reference and serve it with each request's answer (the other files are unchanged)",
+    )
     eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
@@ -233,11 +239,15 @@ def _add_split(
     scores = [GRADES[i % len(GRADES)] for i in range(len(examples))]
     rng.shuffle(scores)
     graded = [(e, score, graded_response(e, score, rng)) for e, score in zip(examples, scores, strict=True)]
+
+    def reference(e: Example) -> str | None:
+        return reference_answer(e.fact, e.phrasing) if options.pointwise_reference else None
+
     summary.add_split(
         outputs.POINTWISE,
         split,
         [
-            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, response, score, e.origin)
+            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, response, score, e.origin, reference(e))
             for e, score, response in graded
         ],
     )
@@ -246,7 +256,7 @@ def _add_split(
         split,
         [
             outputs.judge_sft_row(
-                templates.pointwise_messages(e.question, response),
+                templates.pointwise_messages(e.question, response, reference(e)),
                 offline_labels.pointwise_answer(score, e.fact.answer, e.wrong),
             )
             for e, score, response in graded

@@ -144,10 +144,18 @@ def bradley_terry_row(prompt: templates.Conversation, chosen: str, rejected: str
 
 
 def pointwise_row(
-    data_source: str, prompt: templates.Conversation, response: str, score: int, origin: RowOrigin
+    data_source: str,
+    prompt: templates.Conversation,
+    response: str,
+    score: int,
+    origin: RowOrigin,
+    reference: str | None = None,
 ) -> dict:
     return _grpo_row(
-        data_source, templates.pointwise_messages(prompt, response), templates.pointwise_ground_truth(score), origin
+        data_source,
+        templates.pointwise_messages(prompt, response, reference),
+        templates.pointwise_ground_truth(score),
+        origin,
     )
 
 

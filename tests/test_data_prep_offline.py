@@ -176,6 +176,31 @@ def test_both_orders_give_every_pairwise_row_again_with_its_answers_swapped(smal
         assert plain_rows(sft_both[::2]) == plain_rows(sft_plain) and len(sft_both) == 2 * len(sft_plain)
 
 
+def test_pointwise_reference_adds_a_correct_reference_to_every_pointwise_judge_prompt(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, pointwise_reference=True))
+    changed = {outputs.POINTWISE, outputs.SFT_JUDGE_POINTWISE}
+    for name in sorted(path.relative_to(small) for path in small.rglob("*.parquet")):
+        if str(name.parent) not in changed:
+            assert (small / name).read_bytes() == (tmp_path / name).read_bytes(), name
+    for split in ("train", "val"):
+        for dataset, prompt_of in (
+            ("grpo/pointwise", lambda row: row["prompt"][0]["content"]),
+            ("sft_judge_pointwise", lambda row: row["messages"][0]["content"]),
+        ):
+            plain, guided = read(small, f"{dataset}/{split}.parquet"), read(tmp_path, f"{dataset}/{split}.parquet")
+            assert len(plain) == len(guided)
+            for plain_row, guided_row in zip(plain, guided, strict=True):
+                before, reference = prompt_of(guided_row).split("\n\n## Reference answer\n", 1)
+                reference, answer_format = reference.split("\n\n", 1)
+                assert before + "\n\n" + answer_format == prompt_of(plain_row)  # the same row, plus its reference
+                _, fact, phrasing = QUESTIONS[question_in(prompt_of(guided_row))]
+                assert reference == offline.reference_answer(fact, phrasing) and fact.answer in reference
+                if dataset == "grpo/pointwise":
+                    assert guided_row["reward_model"] == plain_row["reward_model"]
+                else:
+                    assert guided_row["messages"][1] == plain_row["messages"][1]  # the same demonstration
+
+
 def plain_rows(rows: list[dict]) -> list[str]:
     """Rows read from parquet (lists arrive as numpy arrays) as comparable JSON, without their row index."""
     return [
