@@ -272,7 +272,9 @@ class BaseJudgeReward:
             f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load"
         )
 
-    def _lookup(self, prompt, completion: str, answer: Any, answer_type: str | None) -> tuple[JudgeItem, dict | None]:
+    def _lookup(
+        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None
+    ) -> tuple[JudgeItem, dict | None]:
         """The checked request, and its cached reward (None when the judge must be asked)."""
         request = JudgeItem.create(prompt, completion, answer, answer_type)
         self._metrics.count("total_requests")
