@@ -77,11 +77,10 @@ class BaseJudgeReward:
             return cached
         started = time.monotonic()
         try:
-            result = self._request_judge(request)
+            outcome = self._request_judge(request)
         except JudgeUnavailableError as err:
-            self._metrics.count("judge_failures")
-            return self._fallback(request, err)
-        return self._answered(request, result, started)
+            outcome = err
+        return self._reward_or_error(request, outcome, started, return_exceptions=False)
 
     async def areward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         """`reward()` for asyncio callers: awaits the judge's answer without holding a thread while it is
