@@ -9,9 +9,9 @@ its accuracy, format failures and position consistency per validation step.
 
 It prints, per step and run, the score against its chance level, the position consistency (pairwise judges
 evaluated in both orders), the failed rows and the metric at that step, then the verl validations, and writes
-judge_curves.png: the score with chance dashed, the position consistency (of both kinds of evaluation), the metric
-and the verl validation accuracy, each against the step; with several runs their mean and range. matplotlib comes
-with the `eval` extra.
+judge_curves.png: the score with chance dashed, the position consistency (of both kinds of evaluation; only when a
+run was evaluated in both orders), the metric and the verl validation accuracy, each against the step; with several
+runs their mean and range. matplotlib comes with the `eval` extra.
 """
 
 from __future__ import annotations
@@ -140,6 +140,11 @@ def _by_step(runs: list[dict], names: list[str]):
                 yield step, index, name, run[step]
 
 
+def _consistency_curve(run: dict) -> dict[int, float]:
+    """The steps of a run evaluated in both orders, and their position consistency."""
+    return {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)}
+
+
 def draw(
     runs: list[dict[int, Point]],
     metrics: list[dict[int, float]],
@@ -153,24 +158,27 @@ def draw(
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    panels = 2 + bool(metrics) + bool(validations)
-    figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
-    plot_runs(axes[0], [{s: 100 * p.score for s, p in run.items()} for run in runs], "score", "o", "tab:blue")
-    for level in sorted({round(100 * p.chance, 1) for run in runs for p in run.values()}):
-        axes[0].axhline(level, linestyle="--", color="grey", label=f"chance {level:.1f}")
-    axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (RewardBench 2-style)")
+    consistency = []
     for curves, label, marker, colour in (
         (runs, "offline evaluation", "s", "tab:orange"),
         (validations, "verl validation", "D", "tab:purple"),
     ):
-        consistency = [
-            {s: p.position_consistency for s, p in run.items() if not math.isnan(p.position_consistency)}
-            for run in curves
-        ]
-        if any(consistency):
-            plot_runs(axes[1], consistency, label, marker, colour)
-    axes[1].set(xlabel="step", ylim=(0, 1), title="Position consistency (both orders)")
-    extra = iter(axes[2:])
+        curve = [_consistency_curve(run) for run in curves]
+        if any(curve):
+            consistency.append((curve, label, marker, colour))
+    panels = 1 + bool(consistency) + bool(metrics) + bool(validations)
+    figure, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
+    axes = list(axes[0])
+    plot_runs(axes[0], [{s: 100 * p.score for s, p in run.items()} for run in runs], "score", "o", "tab:blue")
+    for level in sorted({round(100 * p.chance, 1) for run in runs for p in run.values()}):
+        axes[0].axhline(level, linestyle="--", color="grey", label=f"chance {level:.1f}")
+    axes[0].set(xlabel="step", ylabel="score", ylim=(0, 100), title="Score (RewardBench 2-style)")
+    extra = iter(axes[1:])
+    if consistency:
+        panel = next(extra)
+        for curve, label, marker, colour in consistency:
+            plot_runs(panel, curve, label, marker, colour)
+        panel.set(xlabel="step", ylim=(0, 1), title="Position consistency (both orders)")
     if metrics:
         panel = next(extra)
         plot_runs(panel, metrics, key, "^", "tab:green")

@@ -70,6 +70,19 @@ def test_without_metrics_the_metric_column_is_empty(two_runs, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].endswith("0/3           -")
 
 
+def panels_drawn(png: Path) -> int:
+    width = int.from_bytes(png.read_bytes()[16:20], "big")  # the PNG header's width; 500 px per panel
+    return width // 500
+
+
+def test_the_consistency_panel_is_drawn_only_for_runs_evaluated_in_both_orders(two_runs, tmp_path, capsys):
+    one_order = evaluated(tmp_path / "pointwise" / "step0", LengthJudge(), ROWS).parent
+    main([str(one_order), "--out", str(tmp_path / "one")])
+    main([str(two_runs[0]), "--out", str(tmp_path / "both")])
+    assert panels_drawn(tmp_path / "one" / OUTPUT) == 1  # the score only
+    assert panels_drawn(tmp_path / "both" / OUTPUT) == 2  # the score and the position consistency
+
+
 def test_a_folder_without_step_evaluations_is_an_error_naming_it(tmp_path):
     (tmp_path / "final").mkdir()
     with pytest.raises(SystemExit, match=rf"^judge_curves: {tmp_path}: no step<N>/results.json"):
