@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from data_prep import base_models, helpsteer2, offline, rewardbench2
+from data_prep import base_models, helpsteer2, offline, rewardbench2, shuffle
 from data_prep.records import DataError, UsageError
 from judge_rewards.settings import REQUIRED, Command, option, run_command
 
@@ -65,6 +65,15 @@ class RewardBench2Inputs:
             raise UsageError("give either --input or --hub")
 
 
+@dataclass(frozen=True)
+class ShuffleOptions:
+    """Which file, where its shuffled copy goes, and the seed of the order."""
+
+    input: str = option(REQUIRED, "a parquet file (e.g. sft_judge_pairwise/train.parquet)", positional=True)
+    out: str = option(REQUIRED, "the shuffled copy, a parquet file", positional=True)
+    seed: int = option(REQUIRED, "seed of the order")
+
+
 def run_base_model(options: BaseModelOptions) -> None:
     if options.kind == "tiny":
         path = base_models.build_tiny(options.out, seed=options.seed)
@@ -84,6 +93,11 @@ def run_rewardbench2(inputs: RewardBench2Inputs, output: OutputDir, config: rewa
 
 def run_offline(output: OutputDir, config: offline.OfflineConfig) -> None:
     print(offline.generate(output.out, config).render())
+
+
+def run_shuffle(options: ShuffleOptions) -> None:
+    rows = shuffle.shuffle_file(options.input, options.out, options.seed)
+    print(f"wrote the {rows} rows of {options.input} to {options.out} in seed {options.seed}'s order")
 
 
 COMMANDS = (
@@ -113,6 +127,13 @@ COMMANDS = (
         (OutputDir, offline.OfflineConfig),
         run_offline,
         "Short factual questions with good and flawed answers (see data_prep/README.md).",
+    ),
+    Command(
+        "shuffle",
+        "copy a parquet file with its rows in a seeded order (another seed of an SFT run)",
+        (ShuffleOptions,),
+        run_shuffle,
+        "verl 0.6.1's SFT trainer reads its data in a fixed order and ignores trainer.seed: shuffle the file instead.",
     ),
 )
 
