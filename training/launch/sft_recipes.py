@@ -15,6 +15,9 @@ from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import training_dtype
 from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, export_command
 
+# sft_trainer.yaml's trainer.seed, which verl 0.6.1's SFT trainer never reads (its sampler's seed is 0).
+VERL_SFT_SEED = 1
+
 
 def torchrun_argv(config: DictConfig) -> list[str]:
     """torchrun for trainer.nnodes x trainer.n_gpus_per_node processes; several nodes meet at launch.master_addr."""
@@ -120,6 +123,13 @@ class SftRecipe:
         check = Checker(config, key_names)
         check_sft_trainer(check)
         check.choice("launch.prompt_format", PROMPT_FORMATS)
+        if check.value("trainer.seed") != VERL_SFT_SEED:
+            check.fail(
+                "trainer.seed",
+                f"verl 0.6.1's SFT trainer does not read it (its data order is fixed), so this run would repeat the "
+                f"one with {VERL_SFT_SEED}; for another order, train on a shuffled copy of the file: "
+                f"python -m data_prep shuffle TRAIN_FILE COPY --seed N",
+            )
         parallel = check.integer("ulysses_sequence_parallel_size", 1)
         check.boolean("use_remove_padding")
         if parallel > 1 and config.trainer.device == "cpu":
