@@ -1,5 +1,6 @@
 """`python -m evaluation`: score a judge on a RewardBench 2-schema parquet file, through a
-running judge server (--judge-url) or in this process from a model directory (--model)."""
+running judge server (--judge-url), in this process from a model directory (--model), or a language model's own
+likelihood of each completion as the baseline judge (--likelihood-model)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ from judge_rewards.settings import build_parser, from_arguments
 from serving.config import JudgeConfig
 
 from .data import DataError, file_digest, load_rows
-from .judges import EvaluationError, HttpJudge, HttpJudgeOptions, InProcessJudge, JudgeBackend
+from .judges import (
+    EvaluationError,
+    HttpJudge,
+    HttpJudgeOptions,
+    InProcessJudge,
+    JudgeBackend,
+    LikelihoodJudge,
+    LikelihoodOptions,
+)
 from .report import write_outputs
 from .run import EvaluationOptions, evaluate
 
 # The in-process judge takes the very flags of `python -m serving`.
-CONFIG_CLASSES = (EvaluationOptions, HttpJudgeOptions, JudgeConfig)
+CONFIG_CLASSES = (EvaluationOptions, HttpJudgeOptions, LikelihoodOptions, JudgeConfig)
 
-JudgeSource = HttpJudgeOptions | JudgeConfig
+JudgeSource = HttpJudgeOptions | JudgeConfig | LikelihoodOptions
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -28,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         options = from_arguments(EvaluationOptions, arguments)
         source = judge_source(arguments)
+        if isinstance(source, LikelihoodOptions) and options.reference_column:
+            raise ValueError("--likelihood-model reads no reference answer; leave out --reference-column")
     except ValueError as err:
         parser.error(str(err))
     try:
@@ -43,14 +54,27 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def judge_source(arguments: argparse.Namespace) -> JudgeSource:
-    """A running server's options (--judge-url), or the config of a judge loaded here (--model, --judge)."""
+    """A running server's options (--judge-url), the config of a judge loaded here (--model, --judge), or the
+    model whose likelihood judges (--likelihood-model): exactly one."""
     server = from_arguments(HttpJudgeOptions, arguments)
+    likelihood = from_arguments(LikelihoodOptions, arguments)
+    given = [
+        name
+        for name, value in (
+            ("--judge-url", server.judge_url),
+            ("--likelihood-model", likelihood.likelihood_model),
+            ("--model/--judge", arguments.model or arguments.judge),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give one judge: {' and '.join(given)} were both given")
     if server.judge_url:
-        if arguments.model or arguments.judge:
-            raise ValueError("give --judge-url (a running server) or --model/--judge (in-process), not both")
         return server
+    if likelihood.likelihood_model:
+        return likelihood
     if not (arguments.model or arguments.judge == "rule"):
-        raise ValueError("name the judge: --judge-url URL, or --model DIR")
+        raise ValueError("name the judge: --judge-url URL, --model DIR or --likelihood-model DIR")
     return from_arguments(JudgeConfig, arguments)
 
 
@@ -58,6 +82,9 @@ def judge_source(arguments: argparse.Namespace) -> JudgeSource:
 def open_judge(source: JudgeSource, batch_size: int) -> Iterator[JudgeBackend]:
     if isinstance(source, JudgeConfig):
         yield InProcessJudge(source)
+        return
+    if isinstance(source, LikelihoodOptions):
+        yield LikelihoodJudge(source)
         return
     with HttpJudge(source, batch_size) as judge:
         yield judge
@@ -67,6 +94,8 @@ def config_record(source: JudgeSource) -> dict:
     """How the judge was reached and configured, for results.json (never the API key)."""
     if isinstance(source, JudgeConfig):
         return {"in_process": dataclasses.asdict(source)}
+    if isinstance(source, LikelihoodOptions):
+        return {"likelihood": dataclasses.asdict(source)}
     record = dataclasses.asdict(source)
     record["api_key"] = "set" if source.api_key else None
     return {"http": record}

@@ -1,19 +1,23 @@
-"""The two ways evaluation reaches a judge, behind one method, `score_batch(items) -> verdicts`:
-the HTTP API of a running judge server, through the reward adapter's /batch_judge client, or the serving
-module's own judge classes in this process (so "how a judge scores" is written once, in serving/)."""
+"""The ways evaluation reaches a judge, behind one method, `score_batch(items) -> verdicts`: the HTTP API of a
+running judge server, through the reward adapter's /batch_judge client; the serving module's own judge classes in
+this process (so "how a judge scores" is written once, in serving/); or a language model's own likelihood of each
+completion, the baseline a trained judge should beat."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import httpx
 
 from judge_rewards.judge_client import BatchingJudgeClient, JudgeUnavailableError
 from judge_rewards.protocol import judge_api
+from judge_rewards.protocol.templates import as_messages
 from judge_rewards.reward_config import JudgeRewardConfig
 from judge_rewards.reward_metrics import RewardMetrics
 from judge_rewards.settings import option
@@ -163,3 +167,59 @@ class InProcessJudge:
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return self._isolate(self._judge.score_batch, items)
+
+
+@dataclass(frozen=True)
+class LikelihoodOptions:
+    """A language model's own likelihood as the judge (no judge training): the baseline a judge should beat."""
+
+    likelihood_model: str | None = option(
+        None,
+        "score each completion by this causal LM's likelihood of it after the prompt (chat template): "
+        "exp(mean log-probability per completion token), in [0, 1]",
+        metavar="DIR",
+    )
+
+
+class LikelihoodJudge:
+    """Each completion scored by the model's geometric-mean token probability after the chat-formatted prompt; a
+    completion that tokenizes to nothing fails. Knowledge the model has shows here without any judge format."""
+
+    parallel_calls = 1
+
+    def __init__(self, options: LikelihoodOptions):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from serving.judges import hf
+
+        model_dir = options.likelihood_model
+        self._torch = torch
+        self._device = hf.resolve_device("auto")
+        self._tokenizer = hf.load_tokenizer(model_dir, padding_side="right")
+        dtype = hf.resolve_dtype("auto", self._device)
+        self._model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self._device).eval()
+        self.identity = {
+            "kind": "likelihood",
+            "backend": "transformers",
+            "model_id": Path(model_dir).resolve().name,
+            "model_version": hf.fingerprint(Path(model_dir)),
+            "access": f"in-process from {model_dir}",
+        }
+
+    def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        return [self._verdict(item) for item in items]
+
+    def _verdict(self, item: JudgeItem) -> Verdict:
+        prompt = self._tokenizer.apply_chat_template(
+            as_messages(item.prompt), tokenize=False, add_generation_prompt=True
+        )
+        prefix = self._tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        completion = self._tokenizer(item.completion, add_special_tokens=False)["input_ids"]
+        if not completion:
+            return Verdict.failed("the completion has no tokens to score")
+        ids = self._torch.tensor([prefix + completion], device=self._device)
+        with self._torch.no_grad():
+            log_probs = self._model(ids).logits[0, len(prefix) - 1 : -1].float().log_softmax(-1)
+        picked = log_probs.gather(1, ids[0, len(prefix) :, None]).mean().item()
+        return Verdict(score=math.exp(picked), metadata={"mean_log_prob": picked, "tokens": len(completion)})

@@ -169,10 +169,11 @@ def undocumented(flags: set[str], readme: Path) -> set[str]:
 
 
 def test_the_evaluation_readme_documents_its_own_flags():
-    from evaluation.judges import HttpJudgeOptions
+    from evaluation.judges import HttpJudgeOptions, LikelihoodOptions
     from evaluation.run import EvaluationOptions
 
-    flags = flags_of((EvaluationOptions, HttpJudgeOptions))  # the in-process judge's are serving's (its README)
+    # the in-process judge's flags are serving's (its README)
+    flags = flags_of((EvaluationOptions, HttpJudgeOptions, LikelihoodOptions))
     assert undocumented(flags, REPO_ROOT / "evaluation" / "README.md") == set()
 
 

@@ -1,0 +1,70 @@
+"""`python -m evaluation --likelihood-model DIR`: a language model's own likelihood of each completion as the
+judge, the baseline a trained judge should beat. Scores checked against transformers' own loss."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from evaluation.cli import main
+from tests.test_evaluate_e2e import rb2_row
+
+ROWS = [
+    rb2_row("capital-0", "capitals", ["The capital of Kenya is Nairobi."], ["The capital of Kenya is Lima.", "Paris."]),
+    rb2_row("sum-0", "arithmetic", ["3 + 19 is 22."], ["3 + 19 is 12.", "3 + 19 is 23."]),
+]
+
+
+@pytest.fixture(scope="module")
+def eval_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("likelihood") / "test.parquet"
+    pq.write_table(pa.Table.from_pylist([{**row, "reference": "x"} for row in ROWS]), path)
+    return path
+
+
+def transformers_likelihood(model_dir, prompt: str, completion: str) -> float:
+    """exp(-loss) of the completion tokens after the chat-formatted prompt, by transformers' own loss."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
+    prefix = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = prefix + tokenizer(completion, add_special_tokens=False)["input_ids"]
+    labels = [-100] * len(prefix) + ids[len(prefix) :]
+    with torch.no_grad():
+        loss = model(torch.tensor([ids]), labels=torch.tensor([labels])).loss.item()
+    return math.exp(-loss)
+
+
+def test_each_completion_scores_its_likelihood_after_the_prompt(eval_file, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    main(["--data", str(eval_file), "--likelihood-model", str(tiny_model_dir), "--out", str(out), "--row-scores"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["judge"]["kind"] == "likelihood" and results["failed_rows"] == 0
+    assert results["config"]["judge"] == {"likelihood": {"likelihood_model": str(tiny_model_dir)}}
+    scores = {row["id"]: row["scores"] for row in results["row_scores"]}
+    for row in ROWS:
+        completions = [*row["chosen"], *row["rejected"]]
+        expected = [transformers_likelihood(tiny_model_dir, row["prompt"], c) for c in completions]
+        assert scores[row["id"]] == pytest.approx(expected, rel=1e-4)
+    assert len(set(scores["sum-0"])) == 3  # the completions differ, and so do their scores
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--judge-url", "http://127.0.0.1:1"], "give one judge: --judge-url and --likelihood-model were both given"),
+        (["--reference-column", "reference"], "--likelihood-model reads no reference answer"),
+    ],
+)
+def test_a_second_judge_or_a_reference_is_refused(eval_file, tiny_model_dir, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit):
+        main(["--data", str(eval_file), "--likelihood-model", str(tiny_model_dir), "--out", str(tmp_path), *extra])
+    assert message in capsys.readouterr().err
