@@ -208,7 +208,9 @@ class LikelihoodJudge:
         }
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        return [self._verdict(item) for item in items]
+        from serving.batching import score_isolating_failures
+
+        return score_isolating_failures(lambda batch: [self._verdict(item) for item in batch], items)
 
     def _verdict(self, item: JudgeItem) -> Verdict:
         prompt = self._tokenizer.apply_chat_template(
