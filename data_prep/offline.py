@@ -32,6 +32,8 @@ EVAL_MODEL_NAME = "offline-template"
 UNSURE_SUFFIX = " I am not completely sure, though."
 NO_ANSWER = "I do not know the answer to that question."
 GRADES = tuple(range(templates.MIN_SCORE, templates.MAX_SCORE + 1))
+CONFIDENT_GRADES = (templates.MIN_SCORE, templates.MAX_SCORE)  # confidently wrong, plainly correct
+HEDGED_GRADES = tuple(grade for grade in GRADES if grade not in CONFIDENT_GRADES)
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,28 @@ class OfflineConfig:
         "(reference-guided grading): a small judge then compares instead of recalling the fact; evaluate it with "
         "--reference-column reference and serve it with each request's answer (the other files are unchanged)",
     )
+    reference_first: bool = option(
+        False,
+        "with --pointwise-reference, each pointwise demonstration (sft_judge_pointwise) states the reference's value "
+        "before the response's ('The reference says 30; it answers 40, which disagrees.'), so that its verdict "
+        "follows both values it compares (the other files are unchanged)",
+    )
+    confident_share: float | None = option(
+        None,
+        "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
+        "half correct (grade 4) and half confidently wrong (grade 0), the other grades sharing the rest equally; "
+        "unset: the five grades equally often",
+    )
     eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
     def __post_init__(self):
         if min(self.train_size, self.val_size, self.eval_size) < 1:
             raise UsageError("offline sizes must be at least 1")
+        if self.reference_first and not self.pointwise_reference:
+            raise UsageError("--reference-first needs --pointwise-reference: without it no reference is shown")
+        if self.confident_share is not None and not 0 <= self.confident_share <= 1:
+            raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,19 @@ def graded_response(example: Example, score: int, rng: random.Random) -> str:
     if score == 0:
         return example.flawed
     raise ValueError(f"no graded answer for score {score}")
+
+
+def drawn_grades(count: int, confident_share: float | None, rng: random.Random) -> list[int]:
+    """`count` grades in a random order: each grade equally often, or `confident_share` of them 0 or 4 (as
+    many of each) and the rest the hedged grades 1-3 (as many of each)."""
+    if confident_share is None:
+        grades = [GRADES[i % len(GRADES)] for i in range(count)]
+    else:
+        confident = round(confident_share * count)
+        grades = [CONFIDENT_GRADES[i % 2] for i in range(confident)]
+        grades += [HEDGED_GRADES[i % len(HEDGED_GRADES)] for i in range(count - confident)]
+    rng.shuffle(grades)
+    return grades
 
 
 def reference_answer(fact: Fact, asked: Phrasing) -> str:
@@ -213,6 +244,13 @@ def _val_eval_rows(facts: dict[str, dict[str, list[Fact]]], seed: int) -> list[d
     return [row for name, by_split in facts.items() for row, _ in _eval_rows(name, by_split["val"], rng)]
 
 
+def _graded(
+    examples: list[Example], confident_share: float | None, rng: random.Random
+) -> list[tuple[Example, int, str]]:
+    scores = drawn_grades(len(examples), confident_share, rng)
+    return [(e, score, graded_response(e, score, rng)) for e, score in zip(examples, scores, strict=True)]
+
+
 def _add_split(
     summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random, options: OfflineConfig
 ) -> None:
@@ -236,9 +274,10 @@ def _add_split(
             for negative in e.hard_negatives()
         ],
     )
-    scores = [GRADES[i % len(GRADES)] for i in range(len(examples))]
-    rng.shuffle(scores)
-    graded = [(e, score, graded_response(e, score, rng)) for e, score in zip(examples, scores, strict=True)]
+    graded = _graded(examples, None, rng)
+    if options.confident_share is not None:
+        # Drawn from a stream of its own after the default draw, so that the files drawn later stay the same.
+        graded = _graded(examples, options.confident_share, random.Random(f"{options.seed}/{split}/confident"))
 
     def reference(e: Example) -> str | None:
         return reference_answer(e.fact, e.phrasing) if options.pointwise_reference else None
@@ -257,7 +296,7 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pointwise_messages(e.question, response, reference(e)),
-                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong),
+                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong, options.reference_first),
             )
             for e, score, response in graded
         ],

@@ -201,6 +201,58 @@ def test_pointwise_reference_adds_a_correct_reference_to_every_pointwise_judge_p
                     assert guided_row["messages"][1] == plain_row["messages"][1]  # the same demonstration
 
 
+def test_reference_first_demonstrations_state_the_reference_value_before_the_response_value(tmp_path):
+    guided = dataclasses.replace(SMALL, pointwise_reference=True)
+    offline.generate(tmp_path / "plain", guided)
+    offline.generate(tmp_path / "first", dataclasses.replace(guided, reference_first=True))
+    for name in sorted(path.relative_to(tmp_path / "plain") for path in (tmp_path / "plain").rglob("*.parquet")):
+        if str(name.parent) != outputs.SFT_JUDGE_POINTWISE:
+            assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "first" / name).read_bytes(), name
+    for split in outputs.SPLITS:
+        file = outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split)
+        for plain_row, row in zip(read(tmp_path / "plain", file), read(tmp_path / "first", file), strict=True):
+            prompt, answer = user_and_answer(row)
+            assert prompt == user_and_answer(plain_row)[0]
+            parsed, plain = templates.parse_pointwise(answer), templates.parse_pointwise(user_and_answer(plain_row)[1])
+            assert parsed.ok and parsed.value == plain.value
+            _, fact, _ = QUESTIONS[question_in(prompt[0]["content"])]
+            assert parsed.reasoning.startswith(f"The reference says {fact.answer}; it "), parsed.reasoning
+            verdict = {4: "which agrees", 3: "which agrees", 0: "which disagrees"}.get(parsed.value)
+            assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
+
+
+def grades_of(out, split: str) -> Counter:
+    rows = read(out, outputs.split_file(outputs.POINTWISE, split))
+    return Counter(templates.read_ground_truth(row["reward_model"]["ground_truth"])["score"] for row in rows)
+
+
+@pytest.mark.parametrize(("share", "confident"), [(0.8, 160), (1.0, 200), (0.0, 0)])
+def test_confident_share_sets_how_many_graded_rows_are_grades_0_and_4(small, tmp_path, share, confident):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, confident_share=share))
+    changed = {outputs.POINTWISE, outputs.SFT_JUDGE_POINTWISE, outputs.ATTRIBUTES}
+    for name in sorted(path.relative_to(small) for path in small.rglob("*.parquet")):
+        if str(name.parent) not in changed:
+            assert (small / name).read_bytes() == (tmp_path / name).read_bytes(), name
+    grades = grades_of(tmp_path, "train")
+    assert grades[0] == grades[4] == confident // 2
+    hedged = [grades[grade] for grade in (1, 2, 3)]
+    assert sum(hedged) == SMALL.train_size - confident and max(hedged) - min(hedged) <= 1
+    warm_start = read(tmp_path, outputs.split_file(outputs.SFT_JUDGE_POINTWISE, "train"))
+    assert Counter(templates.parse_pointwise(user_and_answer(row)[1]).value for row in warm_start) == grades
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"reference_first": True}, "--reference-first needs --pointwise-reference"),
+        ({"confident_share": 1.5}, "--confident-share must be between 0 and 1, not 1.5"),
+    ],
+)
+def test_an_option_that_cannot_apply_is_refused(options, message):
+    with pytest.raises(UsageError, match=message):
+        dataclasses.replace(SMALL, **options)
+
+
 def plain_rows(rows: list[dict]) -> list[str]:
     """Rows read from parquet (lists arrive as numpy arrays) as comparable JSON, without their row index."""
     return [
