@@ -37,8 +37,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         options = from_arguments(EvaluationOptions, arguments)
         source = judge_source(arguments)
-        if isinstance(source, LikelihoodOptions) and options.reference_column:
-            raise ValueError("--likelihood-model reads no reference answer; leave out --reference-column")
     except ValueError as err:
         parser.error(str(err))
     try:
@@ -72,6 +70,8 @@ def judge_source(arguments: argparse.Namespace) -> JudgeSource:
     if server.judge_url:
         return server
     if likelihood.likelihood_model:
+        if arguments.reference_column:
+            raise ValueError("--likelihood-model reads no reference answer; leave out --reference-column")
         return likelihood
     if not (arguments.model or arguments.judge == "rule"):
         raise ValueError("name the judge: --judge-url URL, --model DIR or --likelihood-model DIR")

@@ -183,7 +183,8 @@ class LikelihoodOptions:
 
 class LikelihoodJudge:
     """Each completion scored by the model's geometric-mean token probability after the chat-formatted prompt; a
-    completion that tokenizes to nothing fails. Knowledge the model has shows here without any judge format."""
+    completion that tokenizes to nothing, or that takes the input past the model's positions, fails. Knowledge the
+    model has shows here without any judge format."""
 
     parallel_calls = 1
 
@@ -196,9 +197,10 @@ class LikelihoodJudge:
         model_dir = options.likelihood_model
         self._torch = torch
         self._device = hf.resolve_device("auto")
-        self._tokenizer = hf.load_tokenizer(model_dir, padding_side="right")
+        self._tokenizer = hf.load_chat_tokenizer(model_dir)  # one item per forward pass: no padding
         dtype = hf.resolve_dtype("auto", self._device)
         self._model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self._device).eval()
+        self._max_positions = getattr(self._model.config, "max_position_embeddings", None)
         self.identity = {
             "kind": "likelihood",
             "backend": "transformers",
@@ -220,6 +222,10 @@ class LikelihoodJudge:
         completion = self._tokenizer(item.completion, add_special_tokens=False)["input_ids"]
         if not completion:
             return Verdict.failed("the completion has no tokens to score")
+        tokens = len(prefix) + len(completion)
+        if self._max_positions and tokens > self._max_positions:
+            # Past its positions a model fails, or (rotary embeddings) scores text it was never trained to read.
+            return Verdict.failed(f"prompt and completion are {tokens} tokens, past the model's {self._max_positions}")
         ids = self._torch.tensor([prefix + completion], device=self._device)
         with self._torch.no_grad():
             log_probs = self._model(ids).logits[0, len(prefix) - 1 : -1].float().log_softmax(-1)

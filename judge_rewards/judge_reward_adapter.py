@@ -97,8 +97,7 @@ class BaseJudgeReward:
         try:
             result = await self._arequest_judge(request)
         except JudgeUnavailableError as err:
-            self._metrics.count("judge_failures")
-            return await asyncio.to_thread(self._fallback, request, err)
+            return await asyncio.to_thread(self._judge_failed, request, err)
         return self._answered(request, result, started)
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
@@ -153,9 +152,8 @@ class BaseJudgeReward:
     ):
         if not isinstance(outcome, JudgeUnavailableError):
             return self._answered(request, outcome, started)
-        self._metrics.count("judge_failures")
         try:
-            return self._fallback(request, outcome)
+            return self._judge_failed(request, outcome)
         except JudgeUnavailableError as err:
             if return_exceptions:
                 return err
@@ -225,15 +223,13 @@ class BaseJudgeReward:
     ) -> dict:
         """One completion's reward dict from its group's outcome; the fallback when it has no score."""
         if isinstance(outcome, JudgeUnavailableError):
-            self._metrics.count("judge_failures")
-            return {**self._fallback(request, outcome), "comparisons": 0, "failed": 0}
+            return {**self._judge_failed(request, outcome), "comparisons": 0, "failed": 0}
         mine = outcome.rewards[position]
         counts = {"comparisons": mine.comparisons, "failed": mine.failed}
         if mine.score is None:
-            self._metrics.count("judge_failures")
             reason = f"no comparison of this completion answered: {mine.error}"
             error = JudgeUnavailableError(reason, outcome.request_id)
-            return {**self._fallback(request, error), **counts}
+            return {**self._judge_failed(request, error), **counts}
         reward = {
             "reward": mine.score,
             "source": SOURCE_CACHE if from_cache else SOURCE_JUDGE,
@@ -322,7 +318,9 @@ class BaseJudgeReward:
         # Threads and connections do not travel: a copy in another process starts its own worker.
         return type(self), (self.config,)
 
-    def _fallback(self, request: JudgeItem, err: JudgeUnavailableError) -> dict:
+    def _judge_failed(self, request: JudgeItem, err: JudgeUnavailableError) -> dict:
+        """Counts the judge's failure; the rule fallback's reward, or `err` raised where there is none."""
+        self._metrics.count("judge_failures")
         if not self.config.fallback_to_rule:
             raise err
         result = rule_fallback(request, err)
@@ -433,8 +431,7 @@ class _GroupGatherer:
         for (request, future), outcome in zip(gathering.samples, outcomes, strict=True):
             try:
                 if isinstance(outcome, JudgeUnavailableError) and len(requests) < 2:
-                    self._system._metrics.count("judge_failures")
-                    outcome = {**self._system._fallback(request, outcome), "comparisons": 0, "failed": 0}
+                    outcome = {**self._system._judge_failed(request, outcome), "comparisons": 0, "failed": 0}
             except JudgeUnavailableError as err:
                 outcome = err
             if isinstance(outcome, Exception):

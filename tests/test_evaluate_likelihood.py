@@ -68,3 +68,32 @@ def test_a_second_judge_or_a_reference_is_refused(eval_file, tiny_model_dir, tmp
     with pytest.raises(SystemExit):
         main(["--data", str(eval_file), "--likelihood-model", str(tiny_model_dir), "--out", str(tmp_path), *extra])
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def short_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model with 48 positions and a tokenizer without a pad token (likelihood scoring pads nothing)."""
+    out = tmp_path_factory.mktemp("short_model")
+    AutoModelForCausalLM.from_pretrained(tiny_model_dir).save_pretrained(out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 48, "pad_token_id": None}))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(out)
+    assert AutoTokenizer.from_pretrained(out).pad_token_id is None
+    return out
+
+
+def test_an_input_past_the_models_positions_fails_its_row_and_no_pad_token_is_needed(short_model_dir, tmp_path):
+    long_answer = " ".join(["Nairobi"] * 40)
+    rows = [ROWS[0], rb2_row("long-0", "capitals", ["The capital of Kenya is Nairobi."], [long_answer])]
+    data = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    out = tmp_path / "out"
+    main(["--data", str(data), "--likelihood-model", str(short_model_dir), "--out", str(out), "--row-scores"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["failed_rows"] == 1
+    failed = [row for row in results["row_scores"] if row["id"] == "long-0"]
+    assert "tokens, past the model's 48" in json.dumps(failed)
+    scored = [row for row in results["row_scores"] if row["id"] == "capital-0"]
+    assert scored and all(score is not None for score in scored[0]["scores"])

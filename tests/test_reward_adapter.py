@@ -215,7 +215,7 @@ def test_reward_batch_queues_its_items_together(faulty):
         assert faulty.batch_sizes == [40]
     with make_system(faulty.url, max_batch_size=16, batch_timeout=0.0) as system:
         system.reward_batch([item(n) for n in range(41, 81)])
-        assert faulty.batch_sizes == [40, 16, 16, 8]
+        assert sorted(faulty.batch_sizes[1:]) == [8, 16, 16]  # sent at once: they may arrive in any order
 
 
 def test_reward_batch_mixes_cached_answered_and_failed_items_in_order(faulty):

@@ -36,13 +36,19 @@ def resolve_dtype(name: str, device: str):
     return getattr(torch, name)
 
 
-def load_tokenizer(model_dir: str, padding_side: str):
-    """The judge's tokenizer; it must have a chat template and a pad token."""
+def load_chat_tokenizer(model_dir: str):
+    """A model's tokenizer; it must have a chat template."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if not tokenizer.chat_template:
         raise ValueError(f"{model_dir}: the tokenizer has no chat template; judges are prompted through it")
+    return tokenizer
+
+
+def load_tokenizer(model_dir: str, padding_side: str):
+    """The judge's tokenizer; it must have a chat template and a pad token."""
+    tokenizer = load_chat_tokenizer(model_dir)
     if tokenizer.pad_token_id is None:
         raise ValueError(f"{model_dir}: the tokenizer has no pad token; set one distinct from content tokens")
     tokenizer.padding_side = padding_side
