@@ -70,8 +70,6 @@ def judge_source(arguments: argparse.Namespace) -> JudgeSource:
     if server.judge_url:
         return server
     if likelihood.likelihood_model:
-        if arguments.reference_column:
-            raise ValueError("--likelihood-model reads no reference answer; leave out --reference-column")
         return likelihood
     if not (arguments.model or arguments.judge == "rule"):
         raise ValueError("name the judge: --judge-url URL, --model DIR or --likelihood-model DIR")

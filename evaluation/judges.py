@@ -138,6 +138,7 @@ def _health(url: str, options: HttpJudgeOptions) -> dict:
             "backend": health["backend"],
             "model_id": health["model_id"],
             "model_version": health["model_version"],
+            "reads_answer": health.get("reads_answer"),  # None: a server that does not say
         }
     except (ValueError, KeyError, TypeError):
         raise EvaluationError(
@@ -162,6 +163,7 @@ class InProcessJudge:
             "backend": identity.backend,
             "model_id": identity.model_id,
             "model_version": identity.model_version,
+            "reads_answer": identity.reads_answer,
             "access": f"in-process from {config.model or 'rules'}",
         }
 
@@ -206,6 +208,7 @@ class LikelihoodJudge:
             "backend": "transformers",
             "model_id": Path(model_dir).resolve().name,
             "model_version": hf.fingerprint(Path(model_dir)),
+            "reads_answer": False,
             "access": f"in-process from {model_dir}",
         }
 

@@ -107,6 +107,7 @@ def evaluate(
 ) -> EvaluationResult:
     if options.score_field == "raw_reward" and backend.identity["kind"] != "scalar":
         raise EvaluationError(f"--score-field raw_reward needs a scalar judge; this one is {backend.identity['kind']}")
+    check_reference_reaches_judge(options.reference_column, backend.identity)
     scored = judge_rows(rows, backend, options.batch_size, options.score_field)
     return EvaluationResult(
         options,
@@ -117,6 +118,23 @@ def evaluate(
         subset_results(scored),
         chance_scores(rows, options.chance_draws, options.chance_seed),
     )
+
+
+def check_reference_reaches_judge(reference_column: str | None, identity: dict) -> None:
+    """Refuses a reference the judge would ignore, and a judge that reads a reference none is given for: either
+    way the scores would be those of a judge asked without the reference it was trained with."""
+    reads = identity.get("reads_answer")
+    judge = f"the {identity['kind']} judge {identity['model_id']}"
+    if reference_column and reads is False:
+        raise EvaluationError(
+            f"--reference-column {reference_column}: {judge} ignores each request's reference answer; leave out "
+            f"--reference-column (a generative judge trained with references reads it when served with "
+            f"--reference-from-answer)"
+        )
+    if not reference_column and reads:
+        raise EvaluationError(
+            f"{judge} reads each request's reference answer, and none is given: name its column with --reference-column"
+        )
 
 
 def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, score_field: str) -> list[ScoredRow]:

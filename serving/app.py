@@ -296,6 +296,7 @@ def build_app(service: JudgeService, config: ServingConfig, metrics: ServerMetri
             model_version=identity.model_version,
             scoring=identity.scoring,
             tokenization=identity.tokenization,
+            reads_answer=identity.reads_answer,
             queue_depth=service.queue_depth,
             max_batch_size=config.max_batch_size,
             batch_timeout=config.batch_timeout,

@@ -226,6 +226,11 @@ class HealthResponse(BaseModel):
     model_version: str
     scoring: str = Field("", description="what the score is (scalar judges: how it maps the raw reward)")
     tokenization: str = Field("", description="how judge inputs are tokenized: the BOS the judge reads")
+    reads_answer: bool = Field(
+        False,
+        description="whether a request's `answer` reaches the judge (a reference, the response compared with, a "
+        "rule's ground truth); false: it is ignored",
+    )
     queue_depth: int = Field(description="judgements accepted and not answered yet")
     max_batch_size: int
     batch_timeout: float

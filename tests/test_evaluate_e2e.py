@@ -194,3 +194,39 @@ def test_an_unreachable_server_stops_the_run_before_judging(eval_file, tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(SystemExit, match="cannot reach the judge server"):
         main(["--data", str(eval_file), "--out", str(tmp_path), "--judge-url", url])
+
+
+def test_a_reference_the_served_judge_ignores_is_refused_before_judging(judge_server, eval_file, tmp_path):
+    reference_file = tmp_path / "with_reference.parquet"
+    table = pq.read_table(eval_file)
+    pq.write_table(table.append_column("reference", pa.array(["x"] * table.num_rows)), reference_file)
+    given = ["--data", str(reference_file), "--out", str(tmp_path / "out"), "--reference-column", "reference"]
+    with pytest.raises(SystemExit, match="the scalar judge .* ignores each request's reference answer"):
+        main([*given, "--judge-url", judge_server.url, "--api-key", API_KEY])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("judge", "reference", "message"),
+    [
+        # a generative judge served without --reference-from-answer never sees the reference
+        (["--judge", "generative"], True, "the generative judge .* ignores each request's reference answer"),
+        (
+            ["--judge", "generative", "--reference-from-answer"],
+            False,
+            "reads each request's reference answer, and none",
+        ),
+        (["--judge", "rule"], False, "the rule judge rules reads each request's reference answer, and none is given"),
+    ],
+)
+def test_a_judge_asked_with_a_reference_it_does_not_read_or_without_one_it_reads_is_refused(
+    tiny_model_dir, eval_file, tmp_path, judge, reference, message
+):
+    data = tmp_path / "rows.parquet"
+    table = pq.read_table(eval_file)
+    pq.write_table(table.append_column("reference", pa.array(["x"] * table.num_rows)), data)
+    given = ["--data", str(data), "--out", str(tmp_path / "out"), *judge]
+    if judge[1] != "rule":
+        given += ["--model", str(tiny_model_dir), "--max-new-tokens", "4"]
+    with pytest.raises(SystemExit, match=message):
+        main([*given, *(["--reference-column", "reference"] if reference else [])])

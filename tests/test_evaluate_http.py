@@ -98,6 +98,7 @@ def test_the_judge_is_identified_by_its_health_answer(stub_url):
             "backend": "transformers",
             "model_id": "stub",
             "model_version": "v0",
+            "reads_answer": None,  # the stub does not say
             "access": f"HTTP {stub_url}",
         }
 

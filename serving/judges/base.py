@@ -38,6 +38,7 @@ class JudgeIdentity:
     backend_reason: str = ""  # why this backend runs (--backend, or what --backend auto found)
     scoring: str = ""  # what the score is, where the kind alone does not say it
     tokenization: str = ""  # how the judge input is tokenized, its BOS included
+    reads_answer: bool = False  # whether a request's `answer` reaches the judge; when False it is ignored
 
 
 class BackendUnavailable(RuntimeError):

@@ -100,9 +100,9 @@ class GeneratingJudge(Judge):
     """What generative judges share: prompts through the chat template, one batched generation, and reading
     an answer (its value, and in expected mode the judge's probabilities of the values)."""
 
-    def __init__(self, config: JudgeConfig, kind: str, tag: str, values: Sequence[str]):
+    def __init__(self, config: JudgeConfig, kind: str, tag: str, values: Sequence[str], reads_answer: bool):
         self._config = config
-        self.identity = hf.identity(config, kind)
+        self.identity = hf.identity(config, kind, reads_answer=reads_answer)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
         self.computes_shared_prompts_once = config.shares_prompts
@@ -154,7 +154,9 @@ class GenerativeJudge(GeneratingJudge):
     d/4 over the judge's probabilities of the five scores d at the step that writes N."""
 
     def __init__(self, config: JudgeConfig):
-        super().__init__(config, "generative", templates.POINTWISE_TAG, templates.POINTWISE_VALUES)
+        super().__init__(
+            config, "generative", templates.POINTWISE_TAG, templates.POINTWISE_VALUES, config.reference_from_answer
+        )
 
     def input_messages(self, item: JudgeItem) -> list[dict]:
         reference = item.answer if self._config.reference_from_answer else None

@@ -92,7 +92,9 @@ def bos_handling(tokenizer) -> tuple[bool, str]:
     return False, f"BOS: neither the chat template nor the tokenizer adds {bos}; the judge reads none"
 
 
-def identity(config: JudgeConfig, kind: str, scoring: str = "", tokenization: str = "") -> JudgeIdentity:
+def identity(
+    config: JudgeConfig, kind: str, scoring: str = "", tokenization: str = "", reads_answer: bool = False
+) -> JudgeIdentity:
     """What /health says about a model judge loaded from config.model and run on config.backend."""
     model_dir = Path(config.model)
     return JudgeIdentity(
@@ -102,6 +104,7 @@ def identity(config: JudgeConfig, kind: str, scoring: str = "", tokenization: st
         model_version=config.model_version or fingerprint(model_dir),
         scoring=scoring,
         tokenization=tokenization,
+        reads_answer=reads_answer,
     )
 
 

@@ -27,7 +27,7 @@ Comparison = tuple[templates.Conversation, str, str]  # (prompt, first response,
 
 class PairwiseJudge(GeneratingJudge):
     def __init__(self, config: JudgeConfig):
-        super().__init__(config, "pairwise", templates.PAIRWISE_TAG, templates.PAIRWISE_CHOICES)
+        super().__init__(config, "pairwise", templates.PAIRWISE_TAG, templates.PAIRWISE_CHOICES, reads_answer=True)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """The probability that each completion is better than its request's reference `answer`."""

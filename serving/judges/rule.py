@@ -18,6 +18,7 @@ class RuleJudge(Judge):
             model_id=config.model_id or "rules",
             model_version=config.model_version or "judge_rewards.rules",
             backend_reason="a rule judge runs no model",
+            reads_answer=True,
         )
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
