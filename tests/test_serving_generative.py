@@ -15,6 +15,7 @@ import pytest
 from judge_rewards.protocol import templates
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
+from serving.judges.generative import NO_REFERENCE
 from tests.support.models import save_successor_judge
 from tests.support.servers import start_server
 from tests.test_serving_scalar import WORDS, assert_clean_shutdown, metric_value, post_concurrently
@@ -326,3 +327,22 @@ def test_recorded_candidate_logprobs_are_those_of_the_raw_logits_of_every_step(t
     expected = torch.stack([torch.log_softmax(step.float(), dim=-1)[:, candidates] for step in output.logits], 1)
     torch.testing.assert_close(torch.tensor(recorder.logprobs()), expected, atol=1e-5, rtol=0)
     assert len(recorder.logprobs()[0]) == 6 and not model._forward_hooks
+
+
+def test_with_reference_from_answer_the_answer_is_the_reference_and_a_request_without_one_fails(
+    pointwise_script_judge_dir,
+):
+    judge = load_judge(JudgeConfig(model=str(pointwise_script_judge_dir), max_new_tokens=8, reference_from_answer=True))
+    assert judge.identity.reads_answer
+    item = JudgeItem("How good is this?", "A response <sure>", answer="The answer is 4.")
+    assert "\n\n## Reference answer\nThe answer is 4.\n\n" in judge.input_messages(item)[0]["content"]
+    with_reference, without = judge.score_batch([item, JudgeItem("How good is this?", "A response <sure>")])
+    assert (with_reference.score, with_reference.error) == (0.25, None)
+    assert (without.score, without.error) == (None, NO_REFERENCE)
+
+
+def test_without_reference_from_answer_the_answer_never_reaches_the_judge(pointwise_script_judge_dir):
+    judge = load_judge(JudgeConfig(model=str(pointwise_script_judge_dir), max_new_tokens=8))
+    assert not judge.identity.reads_answer
+    item = JudgeItem("How good is this?", "A response <sure>", answer="The answer is 4.")
+    assert "Reference answer" not in judge.input_messages(item)[0]["content"]

@@ -30,6 +30,7 @@ ANSWER_EXCERPT_CHARS = 500
 # judge template's rubric alone is longer. Shorter shared prefixes are left alone: they would save little next
 # to the extra forward and the cache copy (a judgement, not a measurement).
 MIN_SHARED_PREFIX_TOKENS = 32
+NO_REFERENCE = "this judge reads a reference answer (--reference-from-answer); the request has no `answer`"
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,14 @@ class GenerativeJudge(GeneratingJudge):
         return templates.pointwise_messages(item.prompt, item.completion, reference=reference)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        results = self._generate([self.input_messages(item) for item in items])
-        return [result if isinstance(result, Verdict) else self._verdict(result) for result in results]
+        """A verdict per item; with --reference-from-answer an item without an answer is an error, not a
+        judgement made without the reference the judge was trained with."""
+        judged = [i for i, item in enumerate(items) if item.answer or not self._config.reference_from_answer]
+        verdicts = [Verdict.failed(NO_REFERENCE) for _ in items]
+        results = self._generate([self.input_messages(items[i]) for i in judged])
+        for index, result in zip(judged, results, strict=True):
+            verdicts[index] = result if isinstance(result, Verdict) else self._verdict(result)
+        return verdicts
 
     def _verdict(self, generation: Generation) -> Verdict:
         answer = self._read(generation, templates.parse_pointwise)
