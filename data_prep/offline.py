@@ -59,7 +59,7 @@ class OfflineConfig:
         False,
         "pointwise judge rows (grpo/pointwise, sft_judge_pointwise) show the judge a correct reference answer "
         "(reference-guided grading): a small judge then compares instead of recalling the fact; evaluate it with "
-        "--reference-column reference and serve it with each request's answer (the other files are unchanged)",
+        "--reference-column reference and serve it with --reference-from-answer (the other files are unchanged)",
     )
     reference_first: bool = option(
         False,
@@ -144,7 +144,7 @@ def graded_response(example: Example, score: int, rng: random.Random) -> str:
     raise ValueError(f"no graded answer for score {score}")
 
 
-def drawn_grades(count: int, confident_share: float | None, rng: random.Random) -> list[int]:
+def _drawn_grades(count: int, confident_share: float | None, rng: random.Random) -> list[int]:
     """`count` grades in a random order: each grade equally often, or `confident_share` of them 0 or 4 (as
     many of each) and the rest the hedged grades 1-3 (as many of each)."""
     if confident_share is None:
@@ -247,7 +247,7 @@ def _val_eval_rows(facts: dict[str, dict[str, list[Fact]]], seed: int) -> list[d
 def _graded(
     examples: list[Example], confident_share: float | None, rng: random.Random
 ) -> list[tuple[Example, int, str]]:
-    scores = drawn_grades(len(examples), confident_share, rng)
+    scores = _drawn_grades(len(examples), confident_share, rng)
     return [(e, score, graded_response(e, score, rng)) for e, score in zip(examples, scores, strict=True)]
 
 
