@@ -122,6 +122,20 @@ def client_config(options: HttpJudgeOptions, batch_size: int) -> JudgeRewardConf
     )
 
 
+def identity_record(
+    kind: str, backend: str, model_id: str, model_version: str, *, reads_answer: bool | None, access: str | None = None
+) -> dict:
+    """A judge's identity as results.json records it; `access`: how an in-process judge was loaded."""
+    record = {
+        "kind": kind,
+        "backend": backend,
+        "model_id": model_id,
+        "model_version": model_version,
+        "reads_answer": reads_answer,
+    }
+    return record if access is None else {**record, "access": access}
+
+
 def _health(url: str, options: HttpJudgeOptions) -> dict:
     """The judge's identity from GET /health; EvaluationError when the server is not a judge server."""
     headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
@@ -133,13 +147,13 @@ def _health(url: str, options: HttpJudgeOptions) -> dict:
         raise EvaluationError(f"{url}/health answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}")
     try:
         health = response.json()
-        return {
-            "kind": health["judge_kind"],
-            "backend": health["backend"],
-            "model_id": health["model_id"],
-            "model_version": health["model_version"],
-            "reads_answer": health.get("reads_answer"),  # None: a server that does not say
-        }
+        return identity_record(
+            health["judge_kind"],
+            health["backend"],
+            health["model_id"],
+            health["model_version"],
+            reads_answer=health.get("reads_answer"),  # None: a server that does not say
+        )
     except (ValueError, KeyError, TypeError):
         raise EvaluationError(
             f"{url}/health is not a judge server's answer: {judge_api.excerpt(response.text)}"
@@ -158,14 +172,14 @@ class InProcessJudge:
         self._isolate = score_isolating_failures
         self._judge = load_judge(config)
         identity = self._judge.identity
-        self.identity = {
-            "kind": identity.kind,
-            "backend": identity.backend,
-            "model_id": identity.model_id,
-            "model_version": identity.model_version,
-            "reads_answer": identity.reads_answer,
-            "access": f"in-process from {config.model or 'rules'}",
-        }
+        self.identity = identity_record(
+            identity.kind,
+            identity.backend,
+            identity.model_id,
+            identity.model_version,
+            reads_answer=identity.reads_answer,
+            access=f"in-process from {config.model or 'rules'}",
+        )
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return self._isolate(self._judge.score_batch, items)
@@ -203,14 +217,14 @@ class LikelihoodJudge:
         dtype = hf.resolve_dtype("auto", self._device)
         self._model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self._device).eval()
         self._max_positions = getattr(self._model.config, "max_position_embeddings", None)
-        self.identity = {
-            "kind": "likelihood",
-            "backend": "transformers",
-            "model_id": Path(model_dir).resolve().name,
-            "model_version": hf.fingerprint(Path(model_dir)),
-            "reads_answer": False,
-            "access": f"in-process from {model_dir}",
-        }
+        self.identity = identity_record(
+            "likelihood",
+            "transformers",
+            Path(model_dir).resolve().name,
+            hf.fingerprint(Path(model_dir)),
+            reads_answer=False,
+            access=f"in-process from {model_dir}",
+        )
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         from serving.batching import score_isolating_failures

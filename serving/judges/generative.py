@@ -144,6 +144,18 @@ class GeneratingJudge(Judge):
             return self._failed(generation, f"cannot read the judge's probabilities of its answer: {err}")
         return replace(answer, probabilities=probabilities, mass=mass)
 
+    @staticmethod
+    def _with_answers_only(
+        items: Sequence[JudgeItem], judge: Callable[[list[JudgeItem]], list[Verdict]], missing: str
+    ) -> list[Verdict]:
+        """`judge`'s verdicts for the items that carry a reference `answer`, in the items' order; the others
+        fail with `missing`."""
+        with_answer = [i for i, item in enumerate(items) if item.answer]
+        verdicts = [Verdict.failed(missing) for _ in items]
+        for index, verdict in zip(with_answer, judge([items[i] for i in with_answer]), strict=True):
+            verdicts[index] = verdict
+        return verdicts
+
     def _failed(self, generation: Generation, error: str) -> Verdict:
         return Verdict.failed(
             error, judge_output=generation.text[:ANSWER_EXCERPT_CHARS], generated_tokens=generation.new_tokens
@@ -166,12 +178,13 @@ class GenerativeJudge(GeneratingJudge):
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """A verdict per item; with --reference-from-answer an item without an answer is an error, not a
         judgement made without the reference the judge was trained with."""
-        judged = [i for i, item in enumerate(items) if item.answer or not self._config.reference_from_answer]
-        verdicts = [Verdict.failed(NO_REFERENCE) for _ in items]
-        results = self._generate([self.input_messages(items[i]) for i in judged])
-        for index, result in zip(judged, results, strict=True):
-            verdicts[index] = result if isinstance(result, Verdict) else self._verdict(result)
-        return verdicts
+        if self._config.reference_from_answer:
+            return self._with_answers_only(items, self._judge, NO_REFERENCE)
+        return self._judge(items)
+
+    def _judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        results = self._generate([self.input_messages(item) for item in items])
+        return [result if isinstance(result, Verdict) else self._verdict(result) for result in results]
 
     def _verdict(self, generation: Generation) -> Verdict:
         answer = self._read(generation, templates.parse_pointwise)

@@ -31,12 +31,11 @@ class PairwiseJudge(GeneratingJudge):
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """The probability that each completion is better than its request's reference `answer`."""
-        referenced = [i for i, item in enumerate(items) if item.answer]
-        comparisons = [(items[i].prompt, items[i].completion, items[i].answer) for i in referenced]
-        verdicts = [Verdict.failed(NO_REFERENCE) for _ in items]
-        for index, verdict in zip(referenced, self._compare(comparisons, ("completion", "reference")), strict=True):
-            verdicts[index] = verdict
-        return verdicts
+        return self._with_answers_only(items, self._compare_with_reference, NO_REFERENCE)
+
+    def _compare_with_reference(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        comparisons = [(item.prompt, item.completion, item.answer) for item in items]
+        return self._compare(comparisons, ("completion", "reference"))
 
     def compare_batch(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
         """The probability that each response_a is better than its response_b."""
