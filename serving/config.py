@@ -80,8 +80,8 @@ class JudgeConfig:
     )
     reference_from_answer: bool = option(
         False,
-        "generative judge: show the request's `answer` to the judge as a reference answer (only for judges "
-        "trained with references)",
+        "pointwise generative judge: show the request's `answer` to the judge as a reference answer; needed for a "
+        "judge whose judge.json says reference_in_prompts true, refused for one that says false",
     )
     gpu_memory_utilization: float = option(0.9, "vllm backend: share of the GPU memory vLLM may take")
     max_model_len: int | None = option(

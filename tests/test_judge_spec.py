@@ -37,6 +37,9 @@ def test_kind_inferred_from_config_when_no_spec(tmp_path):
         ({"kind": "generative", "prompt_format": "listwise"}, "prompt_format"),
         ({"kind": "scalar", "reward_scale": 0}, "positive"),
         ({"kind": "scalar", "bogus": 1}, "invalid judge spec"),
+        ({"kind": "generative", "reference_in_prompts": 1}, "reference_in_prompts must be true, false or null"),
+        ({"kind": "scalar", "reference_in_prompts": True}, "reference_in_prompts is for pointwise generative"),
+        ({"kind": "generative", "prompt_format": "pairwise", "reference_in_prompts": False}, "is for pointwise"),
     ],
 )
 def test_invalid_specs_name_the_file(tmp_path, content, message):

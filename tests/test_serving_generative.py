@@ -7,7 +7,10 @@ score's step, and the answers whose probabilities cannot be read exactly."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import re
+import shutil
 
 import httpx
 import pytest
@@ -346,3 +349,44 @@ def test_without_reference_from_answer_the_answer_never_reaches_the_judge(pointw
     assert not judge.identity.reads_answer
     item = JudgeItem("How good is this?", "A response <sure>", answer="The answer is 4.")
     assert "Reference answer" not in judge.input_messages(item)[0]["content"]
+
+
+def with_reference_record(model_dir, out_dir, reference_in_prompts) -> str:
+    """A copy of a pointwise judge whose judge.json says whether its training prompts showed a reference."""
+    shutil.copytree(model_dir, out_dir)
+    spec = json.loads((out_dir / "judge.json").read_text())
+    (out_dir / "judge.json").write_text(json.dumps({**spec, "reference_in_prompts": reference_in_prompts}))
+    return str(out_dir)
+
+
+@pytest.mark.parametrize(
+    ("reference_in_prompts", "reference_from_answer", "refusal"),
+    [
+        (True, False, "trained with a reference answer in every prompt (judge.json: reference_in_prompts true); "
+         "serve it with --reference-from-answer"),
+        (False, True, "trained without reference answers (judge.json: reference_in_prompts false)"),
+        (True, True, None),
+        (False, False, None),
+        (None, True, None),  # an export that does not say (older, or a mixed train file): the flag decides
+        (None, False, None),
+    ],
+)  # fmt: skip
+def test_a_judge_is_shown_a_reference_exactly_when_it_was_trained_with_one(
+    pointwise_script_judge_dir, tmp_path, reference_in_prompts, reference_from_answer, refusal
+):
+    model = with_reference_record(pointwise_script_judge_dir, tmp_path / "judge", reference_in_prompts)
+    config = JudgeConfig(model=model, max_new_tokens=8, reference_from_answer=reference_from_answer)
+    if refusal is None:
+        assert load_judge(config).identity.reads_answer is reference_from_answer
+        return
+    with pytest.raises(ValueError) as refused:
+        load_judge(config)
+    assert str(refused.value).startswith(f"{model} was {refusal}")
+
+
+def test_reference_from_answer_is_refused_for_a_judge_that_cannot_read_one(tiny_model_dir, tmp_path):
+    pairwise = build_script_judge(tiny_model_dir, tmp_path / "pairwise", POINTWISE_SCRIPT, "Response A", "pairwise")
+    for model, kind in ((pairwise, "pairwise"), (tiny_model_dir, "scalar")):
+        config = JudgeConfig(model=str(model), judge=kind if kind == "scalar" else None, reference_from_answer=True)
+        with pytest.raises(ValueError, match=re.escape(f"for pointwise generative judges; {model} is a {kind} judge")):
+            load_judge(config)

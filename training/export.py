@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
+from judge_rewards.protocol import templates
 from judge_rewards.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
 from judge_rewards.settings import REQUIRED, Command, option, run_command
 
@@ -246,11 +247,29 @@ def export_causal_lm(
         shutil.copy(generation_config, staging / generation_config.name)
     record = _trained_with(checkpoint, trained_with)
     if as_judge:
-        JudgeSpec(kind="generative", prompt_format=prompt_format, trained_with=record).save(staging)
+        reference = reference_in_prompts(record.get("train_file")) if prompt_format == "pointwise" else None
+        spec = JudgeSpec("generative", prompt_format=prompt_format, reference_in_prompts=reference, trained_with=record)
+        spec.save(staging)
     else:
         (staging / EXPORT_RECORD_FILE).write_text(json.dumps({"trained_with": record}, indent=2) + "\n")
     _replace_dir(staging, out_dir)
     return out_dir
+
+
+def reference_in_prompts(train_file: str | None) -> bool | None:
+    """Whether the pointwise judge prompts of a parquet `train_file` (SFT `messages` or RL `prompt`) show a
+    reference answer: True if every one does, False if none does, None if some do or the file has none here."""
+    import pyarrow.parquet as pq
+
+    if not train_file or not Path(train_file).is_file() or not train_file.endswith(".parquet"):
+        return None
+    names = pq.read_schema(train_file).names
+    column = next((name for name in ("messages", "prompt") if name in names), None)
+    if column is None:
+        return None
+    conversations = pq.read_table(train_file, columns=[column]).column(column).to_pylist()
+    shown = {templates.shows_reference(messages) for messages in conversations}
+    return shown.pop() if len(shown) == 1 else None
 
 
 # --- scalar (Bradley-Terry) --------------------------------------------------------------------------

@@ -11,7 +11,8 @@ it to know how to prompt the model and how to map its output to a score in [0, 1
   attribute on the 0..ATTRIBUTE_MAX scale; its score is their combination by `attribute_weights`.
 - generative: a causal LM prompted with the template of `judge_rewards.protocol.templates` it was trained on
   (`prompt_format`). A pointwise judge's <score>N</score> is mapped to N / 4; an unparsable answer is an
-  error, never a score. A pairwise judge compares two answers (<better>A|B</better>): the server asks it about
+  error, never a score. `reference_in_prompts` says whether it learned to read a reference answer.
+  A pairwise judge compares two answers (<better>A|B</better>): the server asks it about
   a /judge request's completion against the request's reference `answer`, in both orders, and answers
   /compare with it.
 """
@@ -77,6 +78,9 @@ class JudgeSpec:
     reward_center: float = 0.0
     reward_scale: float = 1.0
     prompt_format: str = "pointwise"  # generative judges: the template they were trained on
+    # Pointwise judges: whether every training prompt showed a reference answer (false: none did; null: unknown,
+    # or some did). The judge server serves a true one only with --reference-from-answer, a false one only without.
+    reference_in_prompts: bool | None = None
     attributes: list[str] = field(default_factory=list)  # scalar judges with one output per attribute
     attribute_weights: dict[str, float] = field(default_factory=dict)  # the score's weight of each attribute
     trained_with: dict = field(default_factory=dict)
@@ -86,6 +90,10 @@ class JudgeSpec:
             raise ValueError(f"judge kind {self.kind!r} is not one of {JUDGE_KINDS}")
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"prompt_format {self.prompt_format!r} is not one of {PROMPT_FORMATS}")
+        if not (self.reference_in_prompts is None or isinstance(self.reference_in_prompts, bool)):
+            raise ValueError(f"reference_in_prompts must be true, false or null, got {self.reference_in_prompts!r}")
+        if self.reference_in_prompts is not None and (self.kind, self.prompt_format) != ("generative", "pointwise"):
+            raise ValueError("reference_in_prompts is for pointwise generative judges")
         if not self.reward_scale > 0:
             raise ValueError(f"reward_scale must be positive, got {self.reward_scale}")
         self._check_attributes()

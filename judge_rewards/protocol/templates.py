@@ -47,6 +47,7 @@ POINTWISE_ANSWER_FORMAT = (
     "First reason step by step inside <think></think>, then give the rating as "
     f"<score>N</score> with N between {MIN_SCORE} and {MAX_SCORE}."
 )
+REFERENCE_HEADING = "## Reference answer\n"  # a pointwise prompt's reference answer, after the response
 PAIRWISE_INSTRUCTIONS = (
     "You are an impartial judge. Two candidate responses answer the same conversation. "
     "Decide which one is more helpful for the user. Judge correctness first, then completeness and "
@@ -88,6 +89,11 @@ def render_transcript(messages: Sequence[Message]) -> str:
     return "\n\n".join(f"[{_ROLE_NAMES[m['role']]}]\n{m['content']}" for m in messages)
 
 
+def shows_reference(messages: Sequence[Message]) -> bool:
+    """Whether a pointwise judge prompt (its first message) shows a reference answer."""
+    return f"\n\n{REFERENCE_HEADING}" in messages[0]["content"]
+
+
 def pointwise_messages(prompt: Conversation, response: str, reference: str | None = None) -> list[Message]:
     """Chat messages that ask a generative judge to rate `response` to `prompt` on 0..4."""
     parts = [
@@ -96,7 +102,7 @@ def pointwise_messages(prompt: Conversation, response: str, reference: str | Non
         "## Response to rate\n" + response,
     ]
     if reference is not None:
-        parts.append("## Reference answer\n" + reference)
+        parts.append(REFERENCE_HEADING + reference)
     parts.append(POINTWISE_ANSWER_FORMAT)
     return [{"role": "user", "content": "\n\n".join(parts)}]
 

@@ -47,6 +47,11 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
     kind = config.judge or spec.kind
     if kind != spec.kind:
         log.warning("serving %s as a %s judge although it declares kind %s", config.model, kind, spec.kind)
+    if config.reference_from_answer and (kind, spec.prompt_format) != ("generative", "pointwise"):
+        served = "a scalar" if kind == "scalar" else "a pairwise"
+        raise ValueError(
+            f"--reference-from-answer is for pointwise generative judges; {config.model} is {served} judge"
+        )
     if kind == "scalar":
         from .scalar import ScalarJudge
 
@@ -58,6 +63,21 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
         from .pairwise import PairwiseJudge
 
         return PairwiseJudge(config)
+    _check_reference_use(config, spec)
     from .generative import GenerativeJudge
 
     return GenerativeJudge(config)
+
+
+def _check_reference_use(config: JudgeConfig, spec: JudgeSpec) -> None:
+    """A pointwise judge is shown a reference answer exactly when it was trained with one, where judge.json says."""
+    if spec.reference_in_prompts is True and not config.reference_from_answer:
+        raise ValueError(
+            f"{config.model} was trained with a reference answer in every prompt ({SPEC_FILE}: reference_in_prompts "
+            f"true); serve it with --reference-from-answer, so that each request's `answer` reaches it"
+        )
+    if spec.reference_in_prompts is False and config.reference_from_answer:
+        raise ValueError(
+            f"{config.model} was trained without reference answers ({SPEC_FILE}: reference_in_prompts false); "
+            f"--reference-from-answer would show it one it never learned to read"
+        )
