@@ -61,26 +61,20 @@ def setting_types(config_class: type) -> dict[str, type]:
     return {item.name: _scalar_type(hints[item.name]) for item in _settings(config_class)}
 
 
-def _list_settings(config_class: type) -> set[str]:
-    hints = typing.get_type_hints(config_class)
-    return {item.name for item in _settings(config_class) if typing.get_origin(_without_none(hints[item.name])) is list}
-
-
 def add_arguments(parser: argparse.ArgumentParser, config_class: type) -> None:
     """One argument per setting of `config_class`, with its type, default and help, in a group named after it."""
     group = parser.add_argument_group(config_class.__name__, config_class.__doc__)
-    types = setting_types(config_class)
-    lists = _list_settings(config_class)
+    hints = typing.get_type_hints(config_class)
     for item in _settings(config_class):
         help_text = item.metadata["help"]
-        kind = types[item.name]
+        kind = _scalar_type(hints[item.name])
         if kind is bool:
             if item.default is not False:
                 raise TypeError(f"{config_class.__name__}.{item.name}: a switch (bool setting) must default to False")
             group.add_argument(_flag(item.name), action="store_true", help=help_text)
             continue
         arguments = {"type": kind, "choices": item.metadata["choices"], "metavar": item.metadata["metavar"]}
-        if item.name in lists:
+        if typing.get_origin(_without_none(hints[item.name])) is list:
             arguments["nargs"] = "+"
         if item.metadata["positional"]:
             group.add_argument(item.name, help=help_text, **arguments)
