@@ -132,6 +132,8 @@ def assert_checkpoint_and_export(save_dir: Path, mode: str) -> Path:
     spec = json.loads((export / "judge.json").read_text())
     assert (spec["kind"], spec["prompt_format"]) == ("generative", mode)
     assert (spec["trained_with"]["recipe"], spec["trained_with"]["steps"]) == (f"grpo-{mode}", 2)
+    # the offline data's judge prompts show no reference answer; only a pointwise judge records it
+    assert spec["reference_in_prompts"] is (False if mode == "pointwise" else None)
     assert json.loads((export / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     return export
 
