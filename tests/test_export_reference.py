@@ -23,7 +23,9 @@ def checkpoint(tiny_model_dir, tmp_path_factory):
 
 
 def prompt(reference: str | None) -> list[dict]:
-    return templates.pointwise_messages("What is 2 + 2?", "4", reference=reference)
+    """A judge prompt after a system message: the reference is looked for in the user's message, wherever it is."""
+    system = {"role": "system", "content": "You are a careful judge."}
+    return [system, *templates.pointwise_messages("What is 2 + 2?", "4", reference=reference)]
 
 
 def sft_file(path, references: list[str | None]):

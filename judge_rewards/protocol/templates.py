@@ -90,8 +90,8 @@ def render_transcript(messages: Sequence[Message]) -> str:
 
 
 def shows_reference(messages: Sequence[Message]) -> bool:
-    """Whether a pointwise judge prompt (its first message) shows a reference answer."""
-    return f"\n\n{REFERENCE_HEADING}" in messages[0]["content"]
+    """Whether a pointwise judge prompt (a user message of `messages`) shows a reference answer."""
+    return any(f"\n\n{REFERENCE_HEADING}" in m["content"] for m in messages if m["role"] == "user")
 
 
 def pointwise_messages(prompt: Conversation, response: str, reference: str | None = None) -> list[Message]:
