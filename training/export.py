@@ -259,10 +259,10 @@ def export_causal_lm(
 def reference_in_prompts(train_file: str | None) -> bool | None:
     """Whether the pointwise judge prompts of a parquet `train_file` (SFT `messages` or RL `prompt`) show a
     reference answer: True if every one does, False if none does, None if some do or the file has none here."""
-    import pyarrow.parquet as pq
-
     if not train_file or not Path(train_file).is_file() or not train_file.endswith(".parquet"):
         return None
+    import pyarrow.parquet as pq  # not in vLLM's serving environment, whose tests export without a train file
+
     names = pq.read_schema(train_file).names
     column = next((name for name in ("messages", "prompt") if name in names), None)
     if column is None:
