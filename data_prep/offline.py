@@ -67,6 +67,12 @@ class OfflineConfig:
         "before the response's ('The reference says 30; it answers 40, which disagrees.'), so that its verdict "
         "follows both values it compares (the other files are unchanged)",
     )
+    pairwise_answer_first: bool = option(
+        False,
+        "each pairwise demonstration (sft_judge_pairwise) states the correct answer before either response's "
+        "('The correct answer is 30; Response A says 40, which is wrong; ...'): the judge recalls the answer, which "
+        "does not depend on the responses' order, then compares each response with it (the other files are unchanged)",
+    )
     confident_share: float | None = option(
         None,
         "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
@@ -329,7 +335,7 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good))),
-                offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong),
+                offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong, options.pairwise_answer_first),
             )
             for e, good_is_a in ordered
         ],

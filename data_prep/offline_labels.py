@@ -44,15 +44,19 @@ def pointwise_answer(score: int, answer: str, wrong: str, reference_first: bool 
     return _think(reasoning) + f"<score>{score}</score>"
 
 
-def pairwise_answer(good_is_a: bool, answer: str, wrong: str) -> str:
+def pairwise_answer(good_is_a: bool, answer: str, wrong: str, answer_first: bool = False) -> str:
     """A pairwise judge's answer to a correct statement against a confidently wrong one. The reasoning takes A
     then B, whichever is right, so each verdict word follows the value it judges: naming the better response
-    first would put the whole decision on the reasoning's first token, before the judge has read anything."""
+    first would put the whole decision on the reasoning's first token, before the judge has read anything.
+    `answer_first`: the reasoning opens with the correct answer, so that the judge's decision is which value to
+    recall (the same in both orders), and each verdict compares a response's value with the recalled one."""
     good = "A" if good_is_a else "B"
     said = {letter: (answer, "correct") if letter == good else (wrong, "wrong") for letter in ("A", "B")}
     reasoning = "; ".join(
         f"Response {letter} says {value}, which is {verdict}" for letter, (value, verdict) in said.items()
     )
+    if answer_first:
+        reasoning = f"The correct answer is {answer}; {reasoning}"
     return _think(reasoning + ".") + f"<better>{good}</better>"
 
 

@@ -221,6 +221,23 @@ def test_reference_first_demonstrations_state_the_reference_value_before_the_res
             assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
 
 
+def test_pairwise_answer_first_demonstrations_open_with_the_correct_answer(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, pairwise_answer_first=True))
+    for name in sorted(path.relative_to(small) for path in small.rglob("*.parquet")):
+        if str(name.parent) != outputs.SFT_JUDGE_PAIRWISE:
+            assert (small / name).read_bytes() == (tmp_path / name).read_bytes(), name
+    for split in outputs.SPLITS:
+        file = outputs.split_file(outputs.SFT_JUDGE_PAIRWISE, split)
+        for plain_row, row in zip(read(small, file), read(tmp_path, file), strict=True):
+            prompt, answer = user_and_answer(row)
+            plain_prompt, plain_answer = user_and_answer(plain_row)
+            assert prompt == plain_prompt
+            parsed, plain = templates.parse_pairwise(answer), templates.parse_pairwise(plain_answer)
+            assert parsed.ok and parsed.value == plain.value
+            _, fact, _ = QUESTIONS[question_in(prompt[0]["content"])]
+            assert parsed.reasoning == f"The correct answer is {fact.answer}; {plain.reasoning}"
+
+
 def grades_of(out, split: str) -> Counter:
     rows = read(out, outputs.split_file(outputs.POINTWISE, split))
     return Counter(templates.read_ground_truth(row["reward_model"]["ground_truth"])["score"] for row in rows)
