@@ -38,7 +38,7 @@ def results_json(result: EvaluationResult) -> dict:
         "failed_rows": result.failed_rows,
         "failure_reasons": dict(result.failure_reasons().most_common()),
         "tied_completions": _ties_json(result.ties),
-        "position_consistency": _consistency_json(result.position_consistency),
+        "position_consistency": _consistency_json(result),
         "judge": result.judge,
         "data": {"path": str(options.data), "sha256_12": result.data_digest},
         "config": {
@@ -62,7 +62,17 @@ def _ties_json(ties: TieStats) -> dict:
     }
 
 
-def _consistency_json(consistency: PositionConsistency | None) -> dict | None:
+def _consistency_json(result: EvaluationResult) -> dict | None:
+    if result.position_consistency is None:
+        return None
+    return {
+        **_share_json(result.position_consistency),
+        "correct_completions": _share_json(result.position_consistency_of(correct=True)),
+        "incorrect_completions": _share_json(result.position_consistency_of(correct=False)),
+    }
+
+
+def _share_json(consistency: PositionConsistency | None) -> dict | None:
     if consistency is None:
         return None
     return {"share": consistency.share, "completions": consistency.completions, "agreeing": consistency.agreeing}
@@ -129,9 +139,16 @@ def _tie_and_consistency_lines(result: EvaluationResult) -> list[str]:
     ]
     consistency = result.position_consistency
     if consistency is not None:
+        kinds = [
+            (kind, result.position_consistency_of(correct))
+            for kind, correct in (("correct", True), ("incorrect", False))
+        ]
+        by_kind = "; ".join(
+            f"{_percent(part.share)}% of the {part.completions} {kind} ones" for kind, part in kinds if part is not None
+        )
         lines.append(
             f"- Position consistency: {_percent(consistency.share)}% of {consistency.completions} judged "
-            "completions got the same verdict with the two responses swapped"
+            f"completions got the same verdict with the two responses swapped ({by_kind})"
         )
     return lines
 

@@ -97,6 +97,12 @@ class EvaluationResult:
     def position_consistency(self) -> PositionConsistency | None:
         return position_consistency(self.rows)
 
+    def position_consistency_of(self, correct: bool) -> PositionConsistency | None:
+        """Over the correct or the incorrect completions only: with a correct reference answer as the other
+        response, a correct completion's two responses are equally right, and only the incorrect ones have a
+        right verdict."""
+        return position_consistency(self.rows, correct)
+
     def failure_reasons(self) -> Counter:
         """Failed rows by the error of their first failed judgement."""
         return Counter(row.error for row in self.rows if row.failed)
@@ -174,11 +180,12 @@ def _scored_row(row: EvalRow, verdicts: Sequence[Verdict], score_field: str) -> 
     return ScoredRow(row.id, row.subset, len(row.chosen), tuple(value for value, _ in values), None, agreement)
 
 
-def _orders_agree(row: EvalRow, verdicts: Sequence[Verdict]) -> tuple[bool, ...]:
-    """Whether both orders agreed, for each judged completion whose verdict says (pairwise judges)."""
-    flags = []
+def _orders_agree(row: EvalRow, verdicts: Sequence[Verdict]) -> tuple[bool | None, ...]:
+    """Per completion, whether both orders agreed; None where the verdict does not say (failed, or not pairwise)."""
+    flags: list[bool | None] = []
     for number, verdict in enumerate(verdicts):
         if verdict.error is not None or ORDERS_AGREE not in verdict.metadata:
+            flags.append(None)
             continue
         flag = verdict.metadata[ORDERS_AGREE]
         if not isinstance(flag, bool):

@@ -60,7 +60,7 @@ class ScoredRow:
     num_correct: int
     scores: tuple[float, ...] | None
     error: str | None = None
-    orders_agree: tuple[bool, ...] = ()  # per judged completion whose judge judged both orders
+    orders_agree: tuple[bool | None, ...] = ()  # per completion (chosen first); None: not judged in both orders
 
     def __post_init__(self):
         if (self.scores is None) == (self.error is None):
@@ -112,9 +112,15 @@ class PositionConsistency:
         return self.agreeing / self.completions
 
 
-def position_consistency(rows: Sequence[ScoredRow]) -> PositionConsistency | None:
-    """None when no verdict said (not a pairwise judge)."""
-    flags = [flag for row in rows for flag in row.orders_agree]
+def position_consistency(rows: Sequence[ScoredRow], correct: bool | None = None) -> PositionConsistency | None:
+    """Over every completion judged in both orders, or only the correct (`correct` True) or incorrect ones. None
+    when no verdict said (not a pairwise judge)."""
+    flags = [
+        flag
+        for row in rows
+        for number, flag in enumerate(row.orders_agree)
+        if flag is not None and correct in (None, number < row.num_correct)
+    ]
     return PositionConsistency(len(flags), sum(flags)) if flags else None
 
 

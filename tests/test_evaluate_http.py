@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,8 @@ import pytest
 from evaluation.cli import main
 from evaluation.judges import EvaluationError, HttpJudge, HttpJudgeOptions
 from serving.judges import JudgeItem
+
+EVALUATION_README = Path(__file__).resolve().parents[1] / "evaluation" / "README.md"
 
 HEALTH = {"status": "ok", "judge_kind": "scalar", "backend": "transformers", "model_id": "stub", "model_version": "v0"}
 ITEMS = [JudgeItem(prompt="q", completion="a"), JudgeItem(prompt="q", completion="b")]
@@ -163,6 +166,15 @@ def test_an_http_run_sends_references_and_reports_what_the_server_says_of_both_o
     assert StubJudgeServer.answers == ["ok 1", "ok 1", "ok 1", "ok 3", "ok 3"]
     document = json.loads((tmp_path / "out" / "results.json").read_text())
     assert document["score"] == 1.0
-    assert document["position_consistency"] == {"share": 3 / 5, "completions": 5, "agreeing": 3}
+    assert document["position_consistency"] == {
+        "share": 3 / 5,
+        "completions": 5,
+        "agreeing": 3,
+        "correct_completions": {"share": 1.0, "completions": 2, "agreeing": 2},
+        "incorrect_completions": {"share": 1 / 3, "completions": 3, "agreeing": 1},
+    }
     assert document["tied_completions"]["tied"] == 2  # row a: "no" and "ok 2" both score 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    shown = [line for line in report.splitlines() if line.startswith(("- Failed rows", "- Tied", "- Position"))]
+    assert len(shown) == 3 and all(line in EVALUATION_README.read_text().splitlines() for line in shown), shown
     assert document["config"]["evaluation"]["reference_column"] == "reference"

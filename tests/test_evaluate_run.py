@@ -113,7 +113,7 @@ def test_the_reference_goes_out_as_the_answer_and_orders_agree_comes_back():
     judge = ReferenceJudge()
     scored = judge_rows(REFERENCE_ROWS, judge, batch_size=4, score_field="score")
     assert judge.answers == ["yes"] * 4 + ["ok"] * 3 + ["fine"] * 2
-    assert [r.orders_agree for r in scored] == [(True, False, True, True), (True, False, False), (True,)]
+    assert [r.orders_agree for r in scored] == [(True, False, True, True), (True, False, False), (True, None)]
     assert scored[2].failed  # the failed verdict's metadata is no judged completion's
 
 
@@ -141,11 +141,19 @@ def test_results_and_report_carry_tied_completions_and_position_consistency(tmp_
         "rows": 2,
         "rows_with_ties": 2,
     }
-    assert document["position_consistency"] == {"share": 5 / 8, "completions": 8, "agreeing": 5}
+    # the correct completions (chosen, first in each row) agree in a, b and c; the incorrect ones in 2 of 5
+    assert document["position_consistency"] == {
+        "share": 5 / 8,
+        "completions": 8,
+        "agreeing": 5,
+        "correct_completions": {"share": 1.0, "completions": 3, "agreeing": 3},
+        "incorrect_completions": {"share": 2 / 5, "completions": 5, "agreeing": 2},
+    }
     report = markdown_report(result)
     assert "- Tied completions: 57.1% of 7 share their score exactly" in report
     assert "100.0% of 2 rows have a tie" in report
     assert "- Position consistency: 62.5% of 8 judged completions" in report
+    assert "swapped (100.0% of the 3 correct ones; 40.0% of the 5 incorrect ones)" in report
 
 
 def test_a_judge_that_never_judges_both_orders_reports_no_position_consistency(tmp_path):

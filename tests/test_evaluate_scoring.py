@@ -235,11 +235,14 @@ def test_tied_completions_of_only_failed_rows_are_undefined_not_zero():
 def test_position_consistency_is_the_share_of_agreeing_orders_when_the_judge_says():
     rows = [
         ScoredRow("a", "Math", 1, (0.9, 0.1), orders_agree=(True, False)),
-        ScoredRow("b", "Math", 1, (0.4, 0.1, 0.2), orders_agree=(True, True, True)),
-        ScoredRow("c", "Math", 1, None, "boom", orders_agree=(False,)),
+        ScoredRow("b", "Math", 2, (0.4, 0.1, 0.2), orders_agree=(True, None, True)),
+        ScoredRow("c", "Math", 1, None, "boom", orders_agree=(False, None)),
     ]
     consistency = position_consistency(rows)
-    assert (consistency.completions, consistency.agreeing, consistency.share) == (6, 4, 4 / 6)
+    assert (consistency.completions, consistency.agreeing, consistency.share) == (5, 3, 3 / 5)
+    correct, incorrect = position_consistency(rows, correct=True), position_consistency(rows, correct=False)
+    assert (correct.completions, correct.agreeing) == (3, 2)  # b's second correct one was not judged both ways
+    assert (incorrect.completions, incorrect.agreeing) == (2, 1)
     assert position_consistency([row("a", "Math", [0.9, 0.1])]) is None
 
 
