@@ -248,6 +248,11 @@ RUN: dict[tuple[str, str], Run | str] = {
         "cookbooks/training_judge_model/sft/README.md",
         "$ python -m evaluation.judge_curves cookbooks/training_judge_model/sft/results/pairwise-warm-start/a-then-b",
     ): Run(recorded=True),
+    (
+        "cookbooks/training_judge_model/sft/README.md",
+        "$ python -m evaluation.judge_curves "
+        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first",
+    ): Run(recorded=True),
     (  # GRPO on the pairwise warm start: the committed validation dumps and evaluations make the recorded curves
         f"{GRPO}/README.md",
         f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-lr1e-5-seed1",
