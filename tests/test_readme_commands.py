@@ -263,6 +263,9 @@ RUN: dict[tuple[str, str], Run | str] = {
     (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-paired-seed1"): Run(
         recorded=True
     ),
+    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-answer-first-seed1"): Run(
+        recorded=True
+    ),
     (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-reference-seed1"): Run(
         recorded=True
     ),
