@@ -65,10 +65,10 @@ def _ties_json(ties: TieStats) -> dict:
 def _consistency_json(result: EvaluationResult) -> dict | None:
     if result.position_consistency is None:
         return None
+    by_kind = result.position_consistency_by_kind()
     return {
         **_share_json(result.position_consistency),
-        "correct_completions": _share_json(result.position_consistency_of(correct=True)),
-        "incorrect_completions": _share_json(result.position_consistency_of(correct=False)),
+        **{f"{kind}_completions": _share_json(part) for kind, part in by_kind.items()},
     }
 
 
@@ -139,12 +139,10 @@ def _tie_and_consistency_lines(result: EvaluationResult) -> list[str]:
     ]
     consistency = result.position_consistency
     if consistency is not None:
-        kinds = [
-            (kind, result.position_consistency_of(correct))
-            for kind, correct in (("correct", True), ("incorrect", False))
-        ]
         by_kind = "; ".join(
-            f"{_percent(part.share)}% of the {part.completions} {kind} ones" for kind, part in kinds if part is not None
+            f"{_percent(part.share)}% of the {part.completions} {kind} ones"
+            for kind, part in result.position_consistency_by_kind().items()
+            if part is not None
         )
         lines.append(
             f"- Position consistency: {_percent(consistency.share)}% of {consistency.completions} judged "

@@ -97,11 +97,14 @@ class EvaluationResult:
     def position_consistency(self) -> PositionConsistency | None:
         return position_consistency(self.rows)
 
-    def position_consistency_of(self, correct: bool) -> PositionConsistency | None:
-        """Over the correct or the incorrect completions only: with a correct reference answer as the other
+    def position_consistency_by_kind(self) -> dict[str, PositionConsistency | None]:
+        """Over the correct and over the incorrect completions: with a correct reference answer as the other
         response, a correct completion's two responses are equally right, and only the incorrect ones have a
         right verdict."""
-        return position_consistency(self.rows, correct)
+        return {
+            kind: position_consistency(self.rows, correct)
+            for kind, correct in (("correct", True), ("incorrect", False))
+        }
 
     def failure_reasons(self) -> Counter:
         """Failed rows by the error of their first failed judgement."""
