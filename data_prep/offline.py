@@ -73,6 +73,12 @@ class OfflineConfig:
         "('The correct answer is 30; Response A says 40, which is wrong; ...'): the judge recalls the answer, which "
         "does not depend on the responses' order, then compares each response with it (the other files are unchanged)",
     )
+    pointwise_answer_first: bool = option(
+        False,
+        "without a reference, each pointwise demonstration (sft_judge_pointwise) states the correct answer before the "
+        "response's value ('The correct answer is 30; it answers 40, which is wrong.'): the judge recalls the answer "
+        "before it judges, then compares (the other files are unchanged)",
+    )
     confident_share: float | None = option(
         None,
         "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
@@ -87,6 +93,10 @@ class OfflineConfig:
             raise UsageError("offline sizes must be at least 1")
         if self.reference_first and not self.pointwise_reference:
             raise UsageError("--reference-first needs --pointwise-reference: without it no reference is shown")
+        if self.pointwise_answer_first and self.pointwise_reference:
+            raise UsageError(
+                "--pointwise-answer-first is for judges shown no reference; with one, use --reference-first"
+            )
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
@@ -302,7 +312,9 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pointwise_messages(e.question, response, reference(e)),
-                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong, options.reference_first),
+                offline_labels.pointwise_answer(
+                    score, e.fact.answer, e.wrong, options.reference_first, options.pointwise_answer_first
+                ),
             )
             for e, score, response in graded
         ],

@@ -24,23 +24,31 @@ def _pointwise_reasoning(score: int, answer: str, wrong: str) -> str:
     }[score]
 
 
-def _reference_first_reasoning(score: int, answer: str, wrong: str) -> str:
+def _value_first_reasoning(opening: str, score: int, answer: str, wrong: str, agrees: str, disagrees: str) -> str:
     said = {
-        4: f"it answers {answer}, which agrees, and says it plainly.",
-        3: f"it answers {answer}, which agrees, but adds needless doubt.",
+        4: f"it answers {answer}, which {agrees}, and says it plainly.",
+        3: f"it answers {answer}, which {agrees}, but adds needless doubt.",
         2: f"it offers both {answer} and {wrong} without choosing one.",
         1: "it gives no answer.",
-        0: f"it answers {wrong}, which disagrees.",
+        0: f"it answers {wrong}, which {disagrees}.",
     }[score]
-    return f"The reference says {answer}; {said}"
+    return f"{opening} {answer}; {said}"
 
 
-def pointwise_answer(score: int, answer: str, wrong: str, reference_first: bool = False) -> str:
+def pointwise_answer(
+    score: int, answer: str, wrong: str, reference_first: bool = False, answer_first: bool = False
+) -> str:
     """A pointwise judge's answer to the graded response of a fact whose answer is `answer`, `wrong` being
     the wrong value that the flawed statement (grades 0 and 2) gives. `reference_first`: the reasoning states
     the reference's value before the response's, so that the verdict comes right after the two values it
-    compares, not after a value the judge has to recall."""
-    reasoning = (_reference_first_reasoning if reference_first else _pointwise_reasoning)(score, answer, wrong)
+    compares, not after a value the judge has to recall. `answer_first` (no reference shown): the reasoning
+    opens with the correct answer, recalled before the response is judged, then compares the response with it."""
+    if reference_first:
+        reasoning = _value_first_reasoning("The reference says", score, answer, wrong, "agrees", "disagrees")
+    elif answer_first:
+        reasoning = _value_first_reasoning("The correct answer is", score, answer, wrong, "is correct", "is wrong")
+    else:
+        reasoning = _pointwise_reasoning(score, answer, wrong)
     return _think(reasoning) + f"<score>{score}</score>"
 
 

@@ -201,13 +201,23 @@ def test_pointwise_reference_adds_a_correct_reference_to_every_pointwise_judge_p
                     assert guided_row["messages"][1] == plain_row["messages"][1]  # the same demonstration
 
 
-def test_reference_first_demonstrations_state_the_reference_value_before_the_response_value(tmp_path):
-    guided = dataclasses.replace(SMALL, pointwise_reference=True)
-    offline.generate(tmp_path / "plain", guided)
-    offline.generate(tmp_path / "first", dataclasses.replace(guided, reference_first=True))
+@pytest.mark.parametrize(
+    ("options", "opening", "verdicts"),
+    [
+        ({"pointwise_reference": True, "reference_first": True}, "The reference says", ("agrees", "disagrees")),
+        ({"pointwise_answer_first": True}, "The correct answer is", ("is correct", "is wrong")),
+    ],
+)
+def test_value_first_demonstrations_state_the_correct_value_before_the_response_value(
+    tmp_path, options, opening, verdicts
+):
+    plain = dataclasses.replace(SMALL, pointwise_reference=options.get("pointwise_reference", False))
+    offline.generate(tmp_path / "plain", plain)
+    offline.generate(tmp_path / "first", dataclasses.replace(SMALL, **options))
     for name in sorted(path.relative_to(tmp_path / "plain") for path in (tmp_path / "plain").rglob("*.parquet")):
         if str(name.parent) != outputs.SFT_JUDGE_POINTWISE:
             assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "first" / name).read_bytes(), name
+    agrees, disagrees = verdicts
     for split in outputs.SPLITS:
         file = outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split)
         for plain_row, row in zip(read(tmp_path / "plain", file), read(tmp_path / "first", file), strict=True):
@@ -216,8 +226,8 @@ def test_reference_first_demonstrations_state_the_reference_value_before_the_res
             parsed, plain = templates.parse_pointwise(answer), templates.parse_pointwise(user_and_answer(plain_row)[1])
             assert parsed.ok and parsed.value == plain.value
             _, fact, _ = QUESTIONS[question_in(prompt[0]["content"])]
-            assert parsed.reasoning.startswith(f"The reference says {fact.answer}; it "), parsed.reasoning
-            verdict = {4: "which agrees", 3: "which agrees", 0: "which disagrees"}.get(parsed.value)
+            assert parsed.reasoning.startswith(f"{opening} {fact.answer}; it "), parsed.reasoning
+            verdict = {4: f"which {agrees}", 3: f"which {agrees}", 0: f"which {disagrees}"}.get(parsed.value)
             assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
 
 
@@ -262,6 +272,7 @@ def test_confident_share_sets_how_many_graded_rows_are_grades_0_and_4(small, tmp
     ("options", "message"),
     [
         ({"reference_first": True}, "--reference-first needs --pointwise-reference"),
+        ({"pointwise_answer_first": True, "pointwise_reference": True}, "with one, use --reference-first"),
         ({"confident_share": 1.5}, "--confident-share must be between 0 and 1, not 1.5"),
     ],
 )
