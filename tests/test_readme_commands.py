@@ -251,7 +251,12 @@ RUN: dict[tuple[str, str], Run | str] = {
     (
         "cookbooks/training_judge_model/sft/README.md",
         "$ python -m evaluation.judge_curves "
-        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first",
+        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first-seed1",
+    ): Run(recorded=True),
+    (
+        "cookbooks/training_judge_model/sft/README.md",
+        "$ python -m evaluation.judge_curves "
+        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first-epoch2",
     ): Run(recorded=True),
     (  # GRPO on the pairwise warm start: the committed validation dumps and evaluations make the recorded curves
         f"{GRPO}/README.md",
