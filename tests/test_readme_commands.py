@@ -274,6 +274,9 @@ RUN: dict[tuple[str, str], Run | str] = {
     (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-reference-seed1"): Run(
         recorded=True
     ),
+    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-answer-first-seed1"): Run(
+        recorded=True
+    ),
     (
         f"{GRPO}/README.md",
         f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-short-confident-seed1",
