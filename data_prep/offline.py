@@ -100,6 +100,13 @@ class OfflineConfig:
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
+    @property
+    def pointwise_value_first(self) -> str | None:
+        """The value the pointwise demonstrations' reasoning opens with (offline_labels.VALUE_FIRST_OPENINGS)."""
+        if self.reference_first:
+            return "reference"
+        return "answer" if self.pointwise_answer_first else None
+
 
 @dataclass(frozen=True)
 class Example:
@@ -312,9 +319,7 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pointwise_messages(e.question, response, reference(e)),
-                offline_labels.pointwise_answer(
-                    score, e.fact.answer, e.wrong, options.reference_first, options.pointwise_answer_first
-                ),
+                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong, options.pointwise_value_first),
             )
             for e, score, response in graded
         ],

@@ -24,7 +24,16 @@ def _pointwise_reasoning(score: int, answer: str, wrong: str) -> str:
     }[score]
 
 
-def _value_first_reasoning(opening: str, score: int, answer: str, wrong: str, agrees: str, disagrees: str) -> str:
+# The openings of a value-first pointwise reasoning (`pointwise_answer`'s `value_first`): the value stated first,
+# then the words that say whether the response's value agrees with it.
+VALUE_FIRST_OPENINGS = {
+    "reference": ("The reference says", "agrees", "disagrees"),
+    "answer": ("The correct answer is", "is correct", "is wrong"),
+}
+
+
+def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str) -> str:
+    opening, agrees, disagrees = VALUE_FIRST_OPENINGS[value_first]
     said = {
         4: f"it answers {answer}, which {agrees}, and says it plainly.",
         3: f"it answers {answer}, which {agrees}, but adds needless doubt.",
@@ -35,20 +44,16 @@ def _value_first_reasoning(opening: str, score: int, answer: str, wrong: str, ag
     return f"{opening} {answer}; {said}"
 
 
-def pointwise_answer(
-    score: int, answer: str, wrong: str, reference_first: bool = False, answer_first: bool = False
-) -> str:
+def pointwise_answer(score: int, answer: str, wrong: str, value_first: str | None = None) -> str:
     """A pointwise judge's answer to the graded response of a fact whose answer is `answer`, `wrong` being
-    the wrong value that the flawed statement (grades 0 and 2) gives. `reference_first`: the reasoning states
-    the reference's value before the response's, so that the verdict comes right after the two values it
-    compares, not after a value the judge has to recall. `answer_first` (no reference shown): the reasoning
-    opens with the correct answer, recalled before the response is judged, then compares the response with it."""
-    if reference_first:
-        reasoning = _value_first_reasoning("The reference says", score, answer, wrong, "agrees", "disagrees")
-    elif answer_first:
-        reasoning = _value_first_reasoning("The correct answer is", score, answer, wrong, "is correct", "is wrong")
-    else:
+    the wrong value that the flawed statement (grades 0 and 2) gives. `value_first` (a VALUE_FIRST_OPENINGS key):
+    the reasoning opens with a value before the response's, so that the verdict comes right after the two values
+    it compares. "reference": the reference's value, shown in the prompt; "answer" (no reference shown): the
+    correct answer, recalled before the response is judged. None: the reasoning starts from the response."""
+    if value_first is None:
         reasoning = _pointwise_reasoning(score, answer, wrong)
+    else:
+        reasoning = _value_first_reasoning(value_first, score, answer, wrong)
     return _think(reasoning) + f"<score>{score}</score>"
 
 
