@@ -2,7 +2,7 @@
 
 GRPO learns only from a group whose rewards differ: where every sampled answer earns the same reward, each
 advantage is zero, and the prompt spends a rollout for nothing. A warm-started judge earns the same reward on
-many of its prompts (all right, or all wrong the same way), so most of a step's groups teach nothing while the
+many of its prompts (all right, or all wrong the same way), so many of a step's groups teach nothing while the
 rest move it. verl 0.6.1's trainer cannot skip them as it samples (DAPO's `filter_groups` lives in verl's recipe
 folder, not in the package), so this does it once, before training: it samples `--samples` answers per prompt
 from MODEL (the warm start) as the rollout does (evaluation.sampling: chat template, `--temperature`, at most
@@ -110,6 +110,8 @@ def report(prompts: list[Prompt], groups: list[list[float]], kept: list[int], co
 
 def main(argv: list[str] | None = None) -> None:
     (config,) = parse_configs("python -m evaluation.hard_prompts", __doc__, [HardPromptsConfig], argv)
+    if config.samples < 2:
+        raise SystemExit(f"hard_prompts: --samples {config.samples}: one answer has no other to differ from")
     import pyarrow.parquet as pq
 
     try:

@@ -50,6 +50,13 @@ def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, t
     assert sum(int(line.split()[2]) for line in lines[2:-1]) == len(wanted)
 
 
+def test_one_sample_per_prompt_is_refused(grpo_file, tmp_path):
+    with pytest.raises(SystemExit, match="--samples 1: one answer has no other to differ from"):
+        hard_prompts.main(
+            ["model", str(grpo_file), str(tmp_path / "out.parquet"), "--reward", "pointwise", "--samples", "1"]
+        )
+
+
 def test_a_ground_truth_of_the_other_mode_names_the_row(grpo_file):
     prompts = hard_prompts.read_prompts(grpo_file)
     with pytest.raises(ValueError, match=r"train.parquet: row 0: .*pointwise and pairwise data are mixed up"):
