@@ -44,7 +44,7 @@ LAYERS = {
     CLIENT: Layer(frozenset({PROTOCOL}), ()),
     "data_prep": Layer(frozenset({PROTOCOL, CLIENT}), ("train",)),
     "serving": Layer(frozenset({PROTOCOL, CLIENT}), ("serve",), optional_extras=("gpu",)),  # gpu: vLLM backend
-    "evaluation": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("eval",)),
+    "evaluation": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("eval",), optional_extras=("gpu",)),  # vLLM sampling
     "training": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("train",), optional_extras=("gpu",)),  # flash-attn
 }
 NOT_PRODUCTS = ("tests", "benchmarks")  # first-party code that no product package may import
