@@ -9,15 +9,9 @@ answers; the two engines sample different ones.
 
 from __future__ import annotations
 
+from serving.judges.engine_choice import choose_backend
+
 CONVERSATIONS_PER_BATCH = 16
-
-
-def vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def sample_completions(
@@ -30,10 +24,8 @@ def sample_completions(
     backend: str = "transformers",
 ) -> list[list[str]]:
     """`n` sampled answers (text) per conversation, in conversation order. `backend`: vllm, transformers, or auto
-    (vllm where it can be imported)."""
-    if backend == "auto":
-        backend = "vllm" if vllm_available() else "transformers"
-    if backend == "vllm":
+    (vllm where it can be imported: the judge server's choice, serving.judges.engine_choice)."""
+    if choose_backend(backend).name == "vllm":
         return _sample_with_vllm(model, conversations, n, temperature, max_new_tokens, seed)
     return _sample_with_transformers(model, conversations, n, temperature, max_new_tokens, seed)
 
