@@ -91,6 +91,11 @@ def composed(script: Path, *args: str, **knobs) -> Composition:
     return compose_launch(recipe, launcher.knobs, knob_arguments(script, env), parse_arguments(list(args)), env)
 
 
+def pretend_flash_attention(monkeypatch, installed: bool) -> None:
+    """Whether the launcher finds flash-attn (this machine has none; a GPU machine may have it)."""
+    monkeypatch.setattr("training.launch.device.flash_attention_installed", lambda: installed)
+
+
 def logged_metrics(log_text: str) -> dict[int, dict[str, float]]:
     """verl's console lines `step:N - key:value - ...` of a log, merged per step."""
     steps: dict[int, dict[str, float]] = {}

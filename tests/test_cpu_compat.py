@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +14,10 @@ from tests.conftest import REPO_ROOT
 CPU_SITE = REPO_ROOT / "training" / "cpu_site"
 
 
-def run_python(code: str, cpu_mode: bool = True, **env) -> str:
+def run_python(code: str, site: Path | None = CPU_SITE, **env) -> str:
+    """`code` in a new interpreter with `site` (CPU mode's unless told otherwise; None: no site) on PYTHONPATH."""
     environment = {**os.environ, **env}
-    environment["PYTHONPATH"] = os.pathsep.join(([str(CPU_SITE)] if cpu_mode else []) + [str(REPO_ROOT)])
+    environment["PYTHONPATH"] = os.pathsep.join(([str(site)] if site else []) + [str(REPO_ROOT)])
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], env=environment, capture_output=True, text=True, timeout=300
     )
@@ -48,7 +50,7 @@ def test_without_cpu_mode_verl_is_untouched():
         from verl.workers.rollout.base import _ROLLOUT_REGISTRY
         print(get_nccl_backend(), ("hf", "sync") in _ROLLOUT_REGISTRY, hasattr(torch.cpu, "empty_cache"))
     """,
-        cpu_mode=False,
+        site=None,
     )
     assert out.split() == ["nccl", "False", "False"]
 
@@ -104,6 +106,22 @@ def test_fsdp1_syncs_cpu_modules_and_sft_trainer_keeps_fp32(tmp_path):
         dist.destroy_process_group()
     """)
     assert out.split() == ["FullyShardedDataParallel", "torch.float32"]
+
+
+@pytest.mark.e2e
+def test_the_sdpa_site_of_a_gpu_without_flash_attention_applies_that_fix_alone(tiny_model_dir):
+    """What training/sdpa_site gives every process: SDPA for flash_attention_2, none of the CPU fixes (the NCCL
+    backend stays)."""
+    out = run_python(
+        f"""
+        from transformers import AutoModelForCausalLM
+        from verl.utils.device import get_nccl_backend
+        model = AutoModelForCausalLM.from_pretrained("{tiny_model_dir}", attn_implementation="flash_attention_2")
+        print(model.config._attn_implementation, get_nccl_backend())
+    """,
+        site=REPO_ROOT / "training" / "sdpa_site",
+    )
+    assert out.split() == ["sdpa", "nccl"]
 
 
 def test_install_refuses_a_gpu_machine(monkeypatch):

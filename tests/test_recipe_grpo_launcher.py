@@ -32,6 +32,7 @@ from tests.grpo_recipe import (
     run_launcher,
     stand_in_dashboard,
 )
+from tests.launcher_helpers import pretend_flash_attention
 from training.launch.grpo import AT_THE_END_ONLY, local_ray_env
 
 CPU_SITE = str(REPO_ROOT / "training" / "cpu_site")
@@ -51,8 +52,9 @@ def value(launch, key):
     return OmegaConf.select(launch.config, key)
 
 
-def gpu_launch(data_files, monkeypatch, *args, mode="pointwise", **knobs):
+def gpu_launch(data_files, monkeypatch, *args, mode="pointwise", flash_attention=True, **knobs):
     """A launch as on a GPU machine (trainer.device=cuda), on a private local Ray unless told otherwise."""
+    pretend_flash_attention(monkeypatch, flash_attention)
     env = launcher_env(**{"RAY_MODE": "local", **data_files, **knobs})
     return launch_in_python(mode, "trainer.device=cuda", *args, env=env, monkeypatch=monkeypatch)
 
@@ -544,6 +546,21 @@ def test_lora_runs_are_not_exported(data_files, monkeypatch):
         monkeypatch=monkeypatch,
     )
     assert "set launch.export_dir to none" in message
+
+
+def test_a_gpu_without_flash_attention_gets_sdpa_and_keeps_the_padding(data_files, monkeypatch):
+    launch = gpu_launch(data_files, monkeypatch, flash_attention=False)
+    model = "actor_rollout_ref.model"
+    assert value(launch, f"{model}.use_remove_padding") is False
+    assert value(launch, f"{model}.override_config.attn_implementation") == "sdpa"
+    env = launcher_env(RAY_MODE="local", **data_files)
+    refusals = {
+        f"{model}.use_remove_padding=true": "needs flash-attn: flash-attn is not installed here; use false",
+        f"{model}.override_config.attn_implementation=flash_attention_2": "flash-attn is not installed here; use sdpa",
+    }
+    for setting, message in refusals.items():
+        pretend_flash_attention(monkeypatch, installed=False)
+        assert message in launch_error("pointwise", "trainer.device=cuda", setting, env=env, monkeypatch=monkeypatch)
 
 
 def test_gpu_rollout_tp_must_divide_the_gpus(data_files, monkeypatch):

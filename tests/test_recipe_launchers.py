@@ -4,6 +4,7 @@ commands) in process, and through bash their --help, --dry-run, refusals and eve
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -20,8 +21,10 @@ from tests.launcher_helpers import (
     composed,
     launch_in_process,
     placeholder_inputs,
+    pretend_flash_attention,
     run_launcher,
 )
+from training.launch.core import launch_environment
 from training.launch.recipe import LaunchError
 from training.launch.script import read_launcher_script
 
@@ -221,13 +224,30 @@ def test_the_sft_export_records_the_judge_template_the_demonstrations_teach(inpu
     assert "launch.prompt_format" in refusal(SFT_LAUNCHER, "launch.prompt_format=listwise", **inputs)
 
 
-def test_the_gpu_defaults_apply_with_trainer_device_cuda(inputs):
+def test_the_gpu_defaults_apply_with_trainer_device_cuda(inputs, monkeypatch):
+    pretend_flash_attention(monkeypatch, installed=True)
     config = composed(SFT_LAUNCHER, "trainer.device=cuda", **inputs).config
     assert (config.ulysses_sequence_parallel_size, config.use_remove_padding, config.trainer.n_gpus_per_node) == (
         8,
         True,
         8,
     )
+
+
+def test_a_gpu_without_flash_attention_keeps_the_padding_and_gets_the_sdpa_site(inputs, monkeypatch, capsys):
+    pretend_flash_attention(monkeypatch, installed=False)
+    assert "sequence parallelism needs flash-attn on a GPU: flash-attn is not installed here" in refusal(
+        SFT_LAUNCHER, "trainer.device=cuda", **inputs
+    )
+    padding = refusal(SFT_LAUNCHER, "trainer.device=cuda", "use_remove_padding=true", **inputs, SP_SIZE=1)
+    assert "use_remove_padding = true: padding removal needs flash-attn on a GPU: flash-attn is not" in padding
+    composition = composed(SFT_LAUNCHER, "trainer.device=cuda", **inputs, SP_SIZE=1)
+    assert composition.config.use_remove_padding is False
+    assert composition.sources["use_remove_padding"] == "cuda default"
+    site = launch_environment(composition, Path("snapshot"))["PYTHONPATH"].split(os.pathsep)[0]
+    assert site == str(REPO_ROOT / "training" / "sdpa_site")
+    assert launch_in_process(SFT_LAUNCHER, "--dry-run", "trainer.device=cuda", **inputs, SP_SIZE=1) == 0
+    assert "no flash-attn here: sdpa attention, padding kept" in capsys.readouterr().err
 
 
 def test_cpu_defaults_give_way_to_the_config_file_the_environment_and_the_command_line(inputs, tmp_path):
@@ -404,7 +424,8 @@ def test_a_multi_node_run_gets_the_rendezvous_and_only_node_0_exports(inputs, ca
     )
 
 
-def test_export_dir_none_runs_no_export_and_the_gpu_export_is_bf16(inputs, capsys):
+def test_export_dir_none_runs_no_export_and_the_gpu_export_is_bf16(inputs, capsys, monkeypatch):
+    pretend_flash_attention(monkeypatch, installed=True)
     assert launch_in_process(SFT_LAUNCHER, "--dry-run", "launch.export_dir=none", **inputs, MICRO_BATCH_SIZE=2) == 0
     assert "training.export" not in capsys.readouterr().out
     assert launch_in_process(SFT_LAUNCHER, "--dry-run", "trainer.device=cuda", **inputs) == 0

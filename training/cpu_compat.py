@@ -6,7 +6,8 @@ the launcher process, every torchrun rank and every Ray worker alike: the launch
 `cpu_site/sitecustomize.py` on PYTHONPATH in CPU mode only, and that file calls `install()`.
 
 Several fixes touch private torch internals; torch is pinned in CI and tests/test_cpu_compat.py checks
-each one. Nothing here runs when a GPU is present: `install()` refuses to.
+each one. Nothing here runs when a GPU is present: `install()` refuses to. The one exception is the SDPA
+fallback, which a GPU without flash-attn gets alone (`install_sdpa_fallback()`, from `sdpa_site/`).
 """
 
 from __future__ import annotations
@@ -198,6 +199,9 @@ PATCHES: dict[str, list[Callable]] = {
     "verl.workers.rollout.base": [_register_hf_rollout],
     "verl.workers.fsdp_workers": [_no_ref_offload_in_fsdp1],
 }
+SDPA_FALLBACK_PATCHES: dict[str, list[Callable]] = {
+    "transformers.modeling_utils": [_flash_attention_falls_back_to_sdpa],
+}
 
 
 # Patched modules that the launchers run with `python -m` (torchrun -m), and the function their
@@ -258,6 +262,15 @@ def install(patches: dict[str, list[Callable]] = PATCHES, entry_points: dict[str
     module is run with `python -m` if `entry_points` names the function its __main__ block calls."""
     if has_accelerator():
         raise RuntimeError("CPU mode was requested on a machine with a GPU; unset it to use the GPU")
+    _install(patches, entry_points)
+
+
+def install_sdpa_fallback() -> None:
+    """The one fix a GPU without flash-attn needs (training/sdpa_site): SDPA where verl asks for flash-attn."""
+    _install(SDPA_FALLBACK_PATCHES, {})
+
+
+def _install(patches: dict[str, list[Callable]], entry_points: dict[str, str]) -> None:
     if any(isinstance(finder, _PatchingFinder) for finder in sys.meta_path):
         return
     pending = {}

@@ -54,9 +54,11 @@ class Checker:
         if self.value(key) not in choices:
             self.fail(key, f"must be one of: {', '.join(choices)}")
 
-    def boolean(self, key: str) -> None:
-        if not isinstance(self.value(key), bool):
+    def boolean(self, key: str) -> bool:
+        value = self.value(key)
+        if not isinstance(value, bool):
             self.fail(key, "must be true or false")
+        return value
 
     def choice_list(self, key: str, choices: Iterable[str]) -> None:
         """A list (or one name) whose every item is one of `choices`."""

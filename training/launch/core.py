@@ -31,7 +31,7 @@ from training.launch.config import (
     show,
     trainer_config,
 )
-from training.launch.device import DEVICE_KEY, device_environment, resolve_device
+from training.launch.device import DEVICE_KEY, device_environment, removes_padding, resolve_device
 from training.launch.recipe import Command, LaunchError, Recipe
 from training.launch.script import Knob, LauncherScript, read_launcher_script
 
@@ -315,6 +315,8 @@ def launch(argv: list[str], recipes: Mapping[str, Recipe], environ: Mapping[str,
         composition.notes.insert(
             0, "CPU mode (gloo, sdpa, fp32 unless JUDGE_CPU_DTYPE says bf16): training/cpu_compat.py"
         )
+    elif not removes_padding(composition.device):
+        composition.notes.insert(0, "no flash-attn here: sdpa attention, padding kept, no sequence parallelism")
     composition.notes.extend(recipe.prepare(composition.config, composition.key_names, composition.given))
     recipe.validate(composition.config, composition.key_names)
     snapshot_dir = Path(composition.config.trainer.default_local_dir) / SNAPSHOT_SUBDIR

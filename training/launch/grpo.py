@@ -26,7 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 from judge_rewards.verl_keys import JUDGE_REWARD_KEYS, ignored_reward_keys, installed_verl_version
 from training.launch import ray_cluster
 from training.launch.checks import VERL_LOGGERS, Checker
-from training.launch.device import CPU_SITE_DIR, REPO_ROOT, training_dtype
+from training.launch.device import (
+    CPU_SITE_DIR,
+    FLASH_ATTENTION_MISSING,
+    REPO_ROOT,
+    removes_padding,
+    training_dtype,
+)
 from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, LaunchError, export_command
 
 # verl's PPO trainer reads a frequency of -1 as "never"; the recipes read it as "at the end only" (as verl's SFT
@@ -55,17 +61,18 @@ class GRPORecipe:
 
     def device_overlay(self, device: str) -> dict:
         """CPU mode: one process, the Hugging Face rollout (sync mode, full weights, no tensor parallelism), sdpa
-        attention, padding kept, the training dtype of CPU mode, no dataloader workers, no reference offload."""
+        attention, padding kept, the training dtype of CPU mode, no dataloader workers, no reference offload. A GPU
+        without flash-attn: sdpa attention, padding kept."""
+        sdpa = {f"{MODEL}.use_remove_padding": False, f"{MODEL}.override_config.attn_implementation": "sdpa"}
         if device != "cpu":
-            return {}
+            return {} if removes_padding(device) else sdpa
         dtype = training_dtype(device)
         return {
             "trainer.n_gpus_per_node": 1,
             f"{ROLLOUT}.name": "hf",
             f"{ROLLOUT}.load_format": "hf",
             f"{ROLLOUT}.tensor_model_parallel_size": 1,
-            f"{MODEL}.use_remove_padding": False,
-            f"{MODEL}.override_config.attn_implementation": "sdpa",
+            **sdpa,
             f"{ACTOR}.fsdp_config.dtype": TORCH_DTYPES[dtype],
             "actor_rollout_ref.ref.fsdp_config.dtype": TORCH_DTYPES[dtype],
             "actor_rollout_ref.ref.fsdp_config.model_dtype": dtype,
@@ -269,6 +276,16 @@ def check_device(check: Checker, device: str) -> None:
         check.multiple_of(
             "trainer.n_gpus_per_node", tensor_parallel, check.key_names(f"{ROLLOUT}.tensor_model_parallel_size")
         )
+        if not removes_padding(device):
+            check_without_flash_attention(check)
+
+
+def check_without_flash_attention(check: Checker) -> None:
+    """A GPU without flash-attn: verl would fail at model load, or pack sequences that SDPA cannot tell apart."""
+    if check.value(f"{MODEL}.use_remove_padding"):
+        check.fail(f"{MODEL}.use_remove_padding", f"needs flash-attn: {FLASH_ATTENTION_MISSING}; use false")
+    if str(check.value(f"{MODEL}.override_config.attn_implementation")).startswith("flash_attention"):
+        check.fail(f"{MODEL}.override_config.attn_implementation", f"{FLASH_ATTENTION_MISSING}; use sdpa")
 
 
 def check_lora_export(check: Checker) -> None:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, ListConfig
 from judge_rewards.protocol.judge_spec import PROMPT_FORMATS
 from training.attributes import check_names, score_weights
 from training.launch.checks import VERL_LOGGERS, Checker
-from training.launch.device import training_dtype
+from training.launch.device import FLASH_ATTENTION_MISSING, removes_padding, training_dtype
 from training.launch.recipe import NO_EXPORT, Command, Given, KeyNames, export_command
 
 # sft_trainer.yaml's trainer.seed, which verl 0.6.1's SFT trainer never reads (its sampler's seed is 0).
@@ -114,7 +114,7 @@ class SftRecipe:
     def device_overlay(self, device: str) -> dict:
         if device == "cpu":  # one process per machine; no flash-attn, hence no padding removal nor sequence parallelism
             return {"trainer.n_gpus_per_node": 1, "ulysses_sequence_parallel_size": 1, "use_remove_padding": False}
-        return {"use_remove_padding": True}
+        return {"use_remove_padding": removes_padding(device)}
 
     def prepare(self, config: DictConfig, key_names: KeyNames, given: Given) -> list[str]:
         return []
@@ -131,10 +131,14 @@ class SftRecipe:
                 f"python -m data_prep shuffle TRAIN_FILE COPY --seed N",
             )
         parallel = check.integer("ulysses_sequence_parallel_size", 1)
-        check.boolean("use_remove_padding")
-        if parallel > 1 and config.trainer.device == "cpu":
-            check.fail("ulysses_sequence_parallel_size", "sequence parallelism needs flash-attn on GPUs; use 1 on CPU")
-        if parallel > 1 and not config.use_remove_padding:
+        remove_padding = check.boolean("use_remove_padding")
+        if not removes_padding(config.trainer.device):
+            why = "this is CPU mode" if config.trainer.device == "cpu" else FLASH_ATTENTION_MISSING
+            if parallel > 1:
+                check.fail("ulysses_sequence_parallel_size", f"sequence parallelism needs flash-attn on a GPU: {why}")
+            if remove_padding:
+                check.fail("use_remove_padding", f"padding removal needs flash-attn on a GPU: {why}; use false")
+        if parallel > 1 and not remove_padding:
             check.fail("ulysses_sequence_parallel_size", "sequence parallelism needs use_remove_padding=true")
         if world_size(config) % parallel:
             processes = f"{key_names('trainer.nnodes')} x {key_names('trainer.n_gpus_per_node')}"
