@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
+from math import comb
 from pathlib import Path
 
 from data_prep import offline_labels, outputs
@@ -85,12 +86,21 @@ class OfflineConfig:
         "half correct (grade 4) and half confidently wrong (grade 0), the other grades sharing the rest equally; "
         "unset: the five grades equally often",
     )
+    val_rows_per_fact: int = option(
+        1,
+        "rows of eval/val.parquet per val fact: the first is the row written without this flag, each further one "
+        "another question phrasing with three flawed answers not drawn before for that fact (a fact with fewer such "
+        "draws gives fewer rows); more rows give a steadier val score to decide settings on (the other files are "
+        "unchanged)",
+    )
     eval_fraction: float = 0.25  # of each category's facts; fixed, not a flag
     val_fraction: float = 0.10
 
     def __post_init__(self):
         if min(self.train_size, self.val_size, self.eval_size) < 1:
             raise UsageError("offline sizes must be at least 1")
+        if self.val_rows_per_fact < 1:
+            raise UsageError(f"--val-rows-per-fact must be at least 1, not {self.val_rows_per_fact}")
         if self.reference_first and not self.pointwise_reference:
             raise UsageError("--reference-first needs --pointwise-reference: without it no reference is shown")
         if self.pointwise_answer_first and self.pointwise_reference:
@@ -227,22 +237,29 @@ def _eval_rows(category: str, facts: list[Fact], rng: random.Random) -> Iterator
     """One RewardBench 2 row per fact (a drawn phrasing, the good answer and 3 distinct flawed ones), with
     the policy's held-out row of the same question."""
     for fact in facts:
-        phrasing = rng.choice(fact.phrasings)
-        rejected = [fact.statement(phrasing, wrong) for wrong in rng.sample(fact.wrong, FLAWED_PER_EVAL_PROMPT)]
-        policy_row = outputs.policy_row(
-            DATA_SOURCE_POLICY, fact.question(phrasing), fact.answer, answer_type(fact.answer), origin(category, fact)
-        )
-        eval_row = outputs.rb2_row(
-            f"offline/{category}/{fact.key}",
-            fact.question(phrasing),
-            [fact.statement(phrasing, fact.answer)],
-            rejected,
-            [EVAL_MODEL_NAME] * (1 + len(rejected)),
-            category,
-            {"category": category, "fact": fact.key},
-            reference_answer(fact, phrasing),
-        )
-        yield eval_row, policy_row
+        yield _eval_row(category, fact, *_eval_draw(fact, rng), fact.key)
+
+
+def _eval_draw(fact: Fact, rng: random.Random) -> tuple[Phrasing, list[str]]:
+    phrasing = rng.choice(fact.phrasings)
+    return phrasing, rng.sample(fact.wrong, FLAWED_PER_EVAL_PROMPT)
+
+
+def _eval_row(category: str, fact: Fact, phrasing: Phrasing, wrongs: list[str], row_key: str) -> tuple[dict, dict]:
+    policy_row = outputs.policy_row(
+        DATA_SOURCE_POLICY, fact.question(phrasing), fact.answer, answer_type(fact.answer), origin(category, fact)
+    )
+    eval_row = outputs.rb2_row(
+        f"offline/{category}/{row_key}",
+        fact.question(phrasing),
+        [fact.statement(phrasing, fact.answer)],
+        [fact.statement(phrasing, wrong) for wrong in wrongs],
+        [EVAL_MODEL_NAME] * (1 + len(wrongs)),
+        category,
+        {"category": category, "fact": fact.key},
+        reference_answer(fact, phrasing),
+    )
+    return eval_row, policy_row
 
 
 def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> outputs.Summary:
@@ -257,14 +274,46 @@ def generate(out_dir: str | Path, config: OfflineConfig = OfflineConfig()) -> ou
     eval_rows, policy_rows = zip(*_round_robin(streams, config.eval_size, "eval prompts"), strict=True)
     summary.add_eval(list(eval_rows))
     summary.add_split(outputs.POLICY, outputs.TEST, list(policy_rows))
-    summary.add_eval(_val_eval_rows(facts, config.seed), outputs.EVAL_VAL_FILE)
+    summary.add_eval(_val_eval_rows(facts, config), outputs.EVAL_VAL_FILE)
     return summary.save()
 
 
-def _val_eval_rows(facts: dict[str, dict[str, list[Fact]]], seed: int) -> list[dict]:
-    """One eval row per val fact, from a random stream of its own so that every other file stays the same."""
-    rng = random.Random(f"{seed}/eval-val")
-    return [row for name, by_split in facts.items() for row, _ in _eval_rows(name, by_split["val"], rng)]
+def _val_eval_rows(facts: dict[str, dict[str, list[Fact]]], config: OfflineConfig) -> list[dict]:
+    """One eval row per val fact, from a random stream of its own so that every other file stays the same; then,
+    with val_rows_per_fact > 1, each fact's further rows, from another stream, so that the first rows stay those
+    of the file written without it."""
+    rng = random.Random(f"{config.seed}/eval-val")
+    draws = [(name, fact, *_eval_draw(fact, rng)) for name, by_split in facts.items() for fact in by_split["val"]]
+    rows = [_eval_row(name, fact, phrasing, wrongs, fact.key)[0] for name, fact, phrasing, wrongs in draws]
+    further_rng = random.Random(f"{config.seed}/eval-val-further")
+    for name, fact, phrasing, wrongs in draws:
+        rows += _further_val_rows(name, fact, (phrasing, wrongs), config.val_rows_per_fact - 1, further_rng)
+    return rows
+
+
+def _further_val_rows(
+    category: str, fact: Fact, first: tuple[Phrasing, list[str]], count: int, rng: random.Random
+) -> list[dict]:
+    """Up to `count` more rows of `fact` after its `first` draw, each a (phrasing, set of flawed answers) not drawn
+    before, the phrasings asked in turn."""
+    drawn = {(first[0], frozenset(first[1]))}
+    left = {phrasing: comb(len(fact.wrong), FLAWED_PER_EVAL_PROMPT) for phrasing in fact.phrasings}
+    left[first[0]] -= 1
+    turn = fact.phrasings.index(first[0])
+    rows = []
+    while len(rows) < count:
+        following = fact.phrasings[turn + 1 :] + fact.phrasings[: turn + 1]
+        phrasing = next((candidate for candidate in following if left[candidate]), None)
+        if phrasing is None:
+            break
+        wrongs = rng.sample(fact.wrong, FLAWED_PER_EVAL_PROMPT)
+        if (phrasing, frozenset(wrongs)) in drawn:
+            continue
+        drawn.add((phrasing, frozenset(wrongs)))
+        left[phrasing] -= 1
+        turn = fact.phrasings.index(phrasing)
+        rows.append(_eval_row(category, fact, phrasing, wrongs, f"{fact.key}/{len(rows) + 2}")[0])
+    return rows
 
 
 def _graded(

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 from collections import Counter
 
 import pandas as pd
@@ -113,6 +114,33 @@ def test_the_val_eval_file_asks_every_val_fact_once_and_no_other(small):
     val_facts = [(c.name, fact.key) for c in CATEGORIES for fact in offline.split_facts(c, SMALL)["val"]]
     assert asked == sorted(val_facts)
     assert not {row["prompt"] for row in read(small, outputs.EVAL_VAL_FILE)} & questions(small, "train")
+
+
+def test_more_val_rows_per_fact_keep_the_first_rows_and_draw_each_further_one_afresh(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, val_rows_per_fact=4))
+    for path in small.rglob("*.parquet"):
+        name = path.relative_to(small)
+        if str(name) != outputs.EVAL_VAL_FILE:
+            assert path.read_bytes() == (tmp_path / name).read_bytes(), name
+    plain, wide = read(small, outputs.EVAL_VAL_FILE), read(tmp_path, outputs.EVAL_VAL_FILE)
+    assert plain_rows(wide[: len(plain)]) == plain_rows(plain)
+    assert len({row["id"] for row in wide}) == len(wide)
+    draws: dict[tuple[str, str], set] = {}
+    for row in wide:
+        category, fact, phrasing = QUESTIONS[row["prompt"]]
+        assert list(row["chosen"]) == [fact.statement(phrasing, fact.answer)]
+        assert len(set(row["rejected"])) == offline.FLAWED_PER_EVAL_PROMPT
+        assert set(row["rejected"]) <= {fact.statement(phrasing, wrong) for wrong in fact.wrong}
+        draws.setdefault((category, fact.key), set()).add((phrasing, frozenset(row["rejected"])))
+    val_facts = [(c, fact) for c in CATEGORIES for fact in offline.split_facts(c, SMALL)["val"]]
+    for category, fact in val_facts:
+        possible = len(fact.phrasings) * math.comb(len(fact.wrong), offline.FLAWED_PER_EVAL_PROMPT)
+        assert len(draws[category.name, fact.key]) == min(4, possible)  # distinct draws, as many as the fact allows
+        asked = {phrasing for phrasing, _ in draws[category.name, fact.key]}
+        assert len(asked) == min(4, len(fact.phrasings))  # the phrasings in turn
+    assert sum(len(rows) for rows in draws.values()) == len(wide)
+    general = [row for row in wide if row["subset"] == "general"]
+    assert len(general) == len([row for row in plain if row["subset"] == "general"])  # one draw per general fact
 
 
 def test_sizes_are_honoured(small):
@@ -274,6 +302,7 @@ def test_confident_share_sets_how_many_graded_rows_are_grades_0_and_4(small, tmp
         ({"reference_first": True}, "--reference-first needs --pointwise-reference"),
         ({"pointwise_answer_first": True, "pointwise_reference": True}, "with one, use --reference-first"),
         ({"confident_share": 1.5}, "--confident-share must be between 0 and 1, not 1.5"),
+        ({"val_rows_per_fact": 0}, "--val-rows-per-fact must be at least 1, not 0"),
     ],
 )
 def test_an_option_that_cannot_apply_is_refused(options, message):
