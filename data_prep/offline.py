@@ -80,6 +80,13 @@ class OfflineConfig:
         "response's value ('The correct answer is 30; it answers 40, which is wrong.'): the judge recalls the answer "
         "before it judges, then compares (the other files are unchanged)",
     )
+    arithmetic_working: bool = option(
+        False,
+        "with --pointwise-answer-first, each arithmetic demonstration (sft_judge_pointwise) writes the sum, difference "
+        "or product out before the correct answer ('17 + 5 = 22, so the correct answer is 22; it answers 12, which is "
+        "wrong.'): the judge computes from the operands it has just written instead of recalling the result (the "
+        "other files are unchanged)",
+    )
     confident_share: float | None = option(
         None,
         "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
@@ -107,6 +114,8 @@ class OfflineConfig:
             raise UsageError(
                 "--pointwise-answer-first is for judges shown no reference; with one, use --reference-first"
             )
+        if self.arithmetic_working and not self.pointwise_answer_first:
+            raise UsageError("--arithmetic-working needs --pointwise-answer-first: it writes out that correct answer")
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
@@ -354,6 +363,9 @@ def _add_split(
     def reference(e: Example) -> str | None:
         return reference_answer(e.fact, e.phrasing) if options.pointwise_reference else None
 
+    def working(e: Example) -> str | None:
+        return e.fact.working if options.arithmetic_working else None
+
     summary.add_split(
         outputs.POINTWISE,
         split,
@@ -368,7 +380,9 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pointwise_messages(e.question, response, reference(e)),
-                offline_labels.pointwise_answer(score, e.fact.answer, e.wrong, options.pointwise_value_first),
+                offline_labels.pointwise_answer(
+                    score, e.fact.answer, e.wrong, options.pointwise_value_first, working(e)
+                ),
             )
             for e, score, response in graded
         ],

@@ -24,6 +24,7 @@ class Fact:
     answer: str
     wrong: tuple[str, ...]
     phrasings: tuple[Phrasing, ...]
+    working: str | None = None  # how the answer is worked out ("17 + 5 = 22"); None: it is recalled
 
     def question(self, phrasing: Phrasing) -> str:
         return phrasing.question.format(**self.slots)
@@ -420,11 +421,9 @@ def _arithmetic_facts() -> tuple[Fact, ...]:
             result = results[op](a, b)
             # slips a person makes: off by one or two, or a carry error of ten
             wrong = sorted({result + d for d in (-10, -2, -1, 1, 2, 10)} - {result}, key=lambda w: abs(w - result))
-            facts.append(
-                Fact(
-                    f"{a}{op}{b}", {"a": a, "b": b}, str(result), tuple(str(w) for w in wrong if w >= 0), operations[op]
-                )
-            )
+            wrong_values = tuple(str(w) for w in wrong if w >= 0)
+            working = f"{a} {op} {b} = {result}"
+            facts.append(Fact(f"{a}{op}{b}", {"a": a, "b": b}, str(result), wrong_values, operations[op], working))
     return tuple(facts)
 
 

@@ -32,7 +32,7 @@ VALUE_FIRST_OPENINGS = {
 }
 
 
-def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str) -> str:
+def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str, working: str | None) -> str:
     opening, agrees, disagrees = VALUE_FIRST_OPENINGS[value_first]
     said = {
         4: f"it answers {answer}, which {agrees}, and says it plainly.",
@@ -41,19 +41,24 @@ def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str
         1: "it gives no answer.",
         0: f"it answers {wrong}, which {disagrees}.",
     }[score]
+    if working:
+        return f"{working}, so {opening[0].lower()}{opening[1:]} {answer}; {said}"
     return f"{opening} {answer}; {said}"
 
 
-def pointwise_answer(score: int, answer: str, wrong: str, value_first: str | None = None) -> str:
+def pointwise_answer(
+    score: int, answer: str, wrong: str, value_first: str | None = None, working: str | None = None
+) -> str:
     """A pointwise judge's answer to the graded response of a fact whose answer is `answer`, `wrong` being
     the wrong value that the flawed statement (grades 0 and 2) gives. `value_first` (a VALUE_FIRST_OPENINGS key):
     the reasoning opens with a value before the response's, so that the verdict comes right after the two values
     it compares. "reference": the reference's value, shown in the prompt; "answer" (no reference shown): the
-    correct answer, recalled before the response is judged. None: the reasoning starts from the response."""
+    correct answer, recalled before the response is judged. None: the reasoning starts from the response.
+    `working` (with a value first): how that value is worked out, written before it ("17 + 5 = 22, so ...")."""
     if value_first is None:
         reasoning = _pointwise_reasoning(score, answer, wrong)
     else:
-        reasoning = _value_first_reasoning(value_first, score, answer, wrong)
+        reasoning = _value_first_reasoning(value_first, score, answer, wrong, working)
     return _think(reasoning) + f"<score>{score}</score>"
 
 

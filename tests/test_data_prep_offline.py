@@ -259,6 +259,33 @@ def test_value_first_demonstrations_state_the_correct_value_before_the_response_
             assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
 
 
+def test_arithmetic_working_writes_the_computation_before_the_correct_answer(tmp_path):
+    answer_first = dataclasses.replace(SMALL, pointwise_answer_first=True)
+    offline.generate(tmp_path / "plain", answer_first)
+    offline.generate(tmp_path / "worked", dataclasses.replace(answer_first, arithmetic_working=True))
+    for path in (tmp_path / "plain").rglob("*.parquet"):
+        name = path.relative_to(tmp_path / "plain")
+        if name.parent.name != outputs.SFT_JUDGE_POINTWISE:
+            assert path.read_bytes() == (tmp_path / "worked" / name).read_bytes(), name
+    worked_rows = 0
+    for split in ("train", "val"):
+        name = outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split)
+        for plain, worked in zip(read(tmp_path / "plain", name), read(tmp_path / "worked", name), strict=True):
+            assert plain["messages"][0] == worked["messages"][0]
+            category, fact, _ = QUESTIONS[question_in(plain["messages"][0]["content"])]
+            before, after = plain["messages"][1]["content"], worked["messages"][1]["content"]
+            if category != "arithmetic":
+                assert after == before
+                continue
+            a, op, b, _, result = fact.working.split()
+            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op] == int(result)
+            assert result == fact.answer
+            opening = "<think>The correct answer is"
+            assert after == before.replace(opening, f"<think>{fact.working}, so the correct answer is", 1) != before
+            worked_rows += 1
+    assert worked_rows > 0
+
+
 def test_pairwise_answer_first_demonstrations_open_with_the_correct_answer(small, tmp_path):
     offline.generate(tmp_path, dataclasses.replace(SMALL, pairwise_answer_first=True))
     for name in sorted(path.relative_to(small) for path in small.rglob("*.parquet")):
@@ -303,6 +330,7 @@ def test_confident_share_sets_how_many_graded_rows_are_grades_0_and_4(small, tmp
         ({"pointwise_answer_first": True, "pointwise_reference": True}, "with one, use --reference-first"),
         ({"confident_share": 1.5}, "--confident-share must be between 0 and 1, not 1.5"),
         ({"val_rows_per_fact": 0}, "--val-rows-per-fact must be at least 1, not 0"),
+        ({"arithmetic_working": True}, "--arithmetic-working needs --pointwise-answer-first"),
     ],
 )
 def test_an_option_that_cannot_apply_is_refused(options, message):
