@@ -82,10 +82,11 @@ class OfflineConfig:
     )
     arithmetic_working: bool = option(
         False,
-        "with --pointwise-answer-first, each arithmetic demonstration (sft_judge_pointwise) writes the sum, difference "
-        "or product out before the correct answer ('17 + 5 = 22, so the correct answer is 22; it answers 12, which is "
-        "wrong.'): the judge computes from the operands it has just written instead of recalling the result (the "
-        "other files are unchanged)",
+        "each arithmetic demonstration that opens with the correct answer (sft_judge_pointwise with "
+        "--pointwise-answer-first, sft_judge_pairwise with --pairwise-answer-first) writes the sum, difference or "
+        "product out before it ('17 + 5 = 22, so the correct answer is 22; it answers 12, which is wrong.'): the "
+        "judge computes from the operands it has just written instead of recalling the result (the other files are "
+        "unchanged)",
     )
     confident_share: float | None = option(
         None,
@@ -114,8 +115,11 @@ class OfflineConfig:
             raise UsageError(
                 "--pointwise-answer-first is for judges shown no reference; with one, use --reference-first"
             )
-        if self.arithmetic_working and not self.pointwise_answer_first:
-            raise UsageError("--arithmetic-working needs --pointwise-answer-first: it writes out that correct answer")
+        if self.arithmetic_working and not (self.pointwise_answer_first or self.pairwise_answer_first):
+            raise UsageError(
+                "--arithmetic-working needs --pointwise-answer-first or --pairwise-answer-first: "
+                "it writes out that correct answer"
+            )
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
@@ -415,7 +419,9 @@ def _add_split(
         [
             outputs.judge_sft_row(
                 templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good))),
-                offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong, options.pairwise_answer_first),
+                offline_labels.pairwise_answer(
+                    good_is_a, e.fact.answer, e.wrong, options.pairwise_answer_first, working(e)
+                ),
             )
             for e, good_is_a in ordered
         ],

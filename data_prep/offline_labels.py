@@ -32,6 +32,14 @@ VALUE_FIRST_OPENINGS = {
 }
 
 
+def _value_stated(opening: str, value: str, working: str | None) -> str:
+    """`opening` and `value` ("The correct answer is 22"), after the working that gives the value where there is one
+    ("3 + 19 = 22, so the correct answer is 22")."""
+    if working:
+        return f"{working}, so {opening[0].lower()}{opening[1:]} {value}"
+    return f"{opening} {value}"
+
+
 def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str, working: str | None) -> str:
     opening, agrees, disagrees = VALUE_FIRST_OPENINGS[value_first]
     said = {
@@ -41,9 +49,7 @@ def _value_first_reasoning(value_first: str, score: int, answer: str, wrong: str
         1: "it gives no answer.",
         0: f"it answers {wrong}, which {disagrees}.",
     }[score]
-    if working:
-        return f"{working}, so {opening[0].lower()}{opening[1:]} {answer}; {said}"
-    return f"{opening} {answer}; {said}"
+    return f"{_value_stated(opening, answer, working)}; {said}"
 
 
 def pointwise_answer(
@@ -62,19 +68,22 @@ def pointwise_answer(
     return _think(reasoning) + f"<score>{score}</score>"
 
 
-def pairwise_answer(good_is_a: bool, answer: str, wrong: str, answer_first: bool = False) -> str:
+def pairwise_answer(
+    good_is_a: bool, answer: str, wrong: str, answer_first: bool = False, working: str | None = None
+) -> str:
     """A pairwise judge's answer to a correct statement against a confidently wrong one. The reasoning takes A
     then B, whichever is right, so each verdict word follows the value it judges: naming the better response
     first would put the whole decision on the reasoning's first token, before the judge has read anything.
     `answer_first`: the reasoning opens with the correct answer, so that the judge's decision is which value to
-    recall (the same in both orders), and each verdict compares a response's value with the recalled one."""
+    recall (the same in both orders), and each verdict compares a response's value with the recalled one.
+    `working` (with `answer_first`): how that answer is worked out, written before it."""
     good = "A" if good_is_a else "B"
     said = {letter: (answer, "correct") if letter == good else (wrong, "wrong") for letter in ("A", "B")}
     reasoning = "; ".join(
         f"Response {letter} says {value}, which is {verdict}" for letter, (value, verdict) in said.items()
     )
     if answer_first:
-        reasoning = f"The correct answer is {answer}; {reasoning}"
+        reasoning = f"{_value_stated(VALUE_FIRST_OPENINGS['answer'][0], answer, working)}; {reasoning}"
     return _think(reasoning + ".") + f"<better>{good}</better>"
 
 

@@ -259,17 +259,21 @@ def test_value_first_demonstrations_state_the_correct_value_before_the_response_
             assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
 
 
-def test_arithmetic_working_writes_the_computation_before_the_correct_answer(tmp_path):
-    answer_first = dataclasses.replace(SMALL, pointwise_answer_first=True)
-    offline.generate(tmp_path / "plain", answer_first)
-    offline.generate(tmp_path / "worked", dataclasses.replace(answer_first, arithmetic_working=True))
+@pytest.mark.parametrize(
+    ("answer_first", "demonstrations"),
+    [("pointwise_answer_first", outputs.SFT_JUDGE_POINTWISE), ("pairwise_answer_first", outputs.SFT_JUDGE_PAIRWISE)],
+)
+def test_arithmetic_working_writes_the_computation_before_the_correct_answer(tmp_path, answer_first, demonstrations):
+    plain_options = dataclasses.replace(SMALL, **{answer_first: True})
+    offline.generate(tmp_path / "plain", plain_options)
+    offline.generate(tmp_path / "worked", dataclasses.replace(plain_options, arithmetic_working=True))
     for path in (tmp_path / "plain").rglob("*.parquet"):
         name = path.relative_to(tmp_path / "plain")
-        if name.parent.name != outputs.SFT_JUDGE_POINTWISE:
+        if name.parent.name != demonstrations:
             assert path.read_bytes() == (tmp_path / "worked" / name).read_bytes(), name
     worked_rows = 0
     for split in ("train", "val"):
-        name = outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split)
+        name = outputs.split_file(demonstrations, split)
         for plain, worked in zip(read(tmp_path / "plain", name), read(tmp_path / "worked", name), strict=True):
             assert plain["messages"][0] == worked["messages"][0]
             category, fact, _ = QUESTIONS[question_in(plain["messages"][0]["content"])]
@@ -330,7 +334,7 @@ def test_confident_share_sets_how_many_graded_rows_are_grades_0_and_4(small, tmp
         ({"pointwise_answer_first": True, "pointwise_reference": True}, "with one, use --reference-first"),
         ({"confident_share": 1.5}, "--confident-share must be between 0 and 1, not 1.5"),
         ({"val_rows_per_fact": 0}, "--val-rows-per-fact must be at least 1, not 0"),
-        ({"arithmetic_working": True}, "--arithmetic-working needs --pointwise-answer-first"),
+        ({"arithmetic_working": True}, "--arithmetic-working needs --pointwise-answer-first or --pairwise-answer-"),
     ],
 )
 def test_an_option_that_cannot_apply_is_refused(options, message):
