@@ -64,11 +64,14 @@ def runs(tiny_model_dir, pair_files, tmp_path_factory) -> dict[str, Run]:
         LR="1e-3",
         TOTAL_EPOCHS=1,
     )
-    a = launch(root / "a", "trainer.save_freq=2", "data.max_length=512", N_GPUS_PER_NODE=2, **common)
-    (root / "b").mkdir()
+    file_logger = "trainer.logger=[console,file]"
+    a = launch(root / "a", "trainer.save_freq=2", "data.max_length=512", file_logger, N_GPUS_PER_NODE=2, **common)
+    (root / "b" / "launch").mkdir(parents=True)
     shutil.copytree(root / "a" / "global_step_2", root / "b" / "global_step_2")
     (root / "b" / "latest_checkpointed_iteration.txt").write_text("2")
-    b = launch(root / "b", "data.max_length=512", "launch.export_dir=none", N_GPUS_PER_NODE=2, **common)
+    # as if a's run had stopped after step 4's metrics but before its step-4 checkpoint
+    shutil.copy(root / "a" / "launch" / "metrics.jsonl", root / "b" / "launch" / "metrics.jsonl")
+    b = launch(root / "b", "data.max_length=512", "launch.export_dir=none", file_logger, N_GPUS_PER_NODE=2, **common)
     c = launch(root / "c", "bt.margin_mode=scaled", N_GPUS_PER_NODE=1, STRATEGY="fsdp", **common)
     return {"a": a, "b": b, "c": c}
 
@@ -94,6 +97,20 @@ def test_a_resumed_run_continues_where_it_stopped(runs):
         for key in ("train/loss", "train/accuracy", "train/lr"):
             assert resumed[step][key] == pytest.approx(uninterrupted[step][key], rel=1e-4, abs=1e-6), (step, key)
     assert resumed[4]["val/loss"] == pytest.approx(uninterrupted[4]["val/loss"], rel=1e-4)
+
+
+def test_a_resumed_run_keeps_the_earlier_steps_in_the_metrics_file(runs):
+    """verl's file logger empties the file at the start of a run; the launcher puts the steps before it back."""
+    earlier = (runs["a"].save_dir / "launch" / "metrics.jsonl").read_text().splitlines()
+    merged = (runs["b"].save_dir / "launch" / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in merged]
+    assert sorted(set(steps)) == [1, 2, 3, 4] and steps == sorted(steps)
+    assert merged[: steps.index(3)] == [line for line in earlier if json.loads(line)["step"] < 3]
+    resumed = runs["b"].metrics
+    for line in merged[steps.index(3) :]:
+        row = json.loads(line)
+        for key, value in row["data"].items():
+            assert resumed[row["step"]][key] == pytest.approx(value, rel=1e-6), (row["step"], key)
 
 
 def test_the_run_folder_has_snapshot_log_and_checkpoints(runs):

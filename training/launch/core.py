@@ -32,6 +32,7 @@ from training.launch.config import (
     trainer_config,
 )
 from training.launch.device import DEVICE_KEY, device_environment, removes_padding, resolve_device
+from training.launch.metrics_file import FILE_LOGGER_ENV, earlier_steps_kept
 from training.launch.recipe import Command, LaunchError, Recipe
 from training.launch.script import Knob, LauncherScript, read_launcher_script
 
@@ -217,7 +218,7 @@ def launch_environment(composition: Composition, snapshot_dir: Path) -> dict[str
     save_dir = Path(composition.config.trainer.default_local_dir)
     loggers = {
         "TENSORBOARD_DIR": str(save_dir / "tensorboard"),
-        "VERL_FILE_LOGGER_PATH": str(snapshot_dir / "metrics.jsonl"),
+        FILE_LOGGER_ENV: str(snapshot_dir / "metrics.jsonl"),
     }
     return {
         **{name: value for name, value in loggers.items() if name not in os.environ},
@@ -334,7 +335,8 @@ def launch(argv: list[str], recipes: Mapping[str, Recipe], environ: Mapping[str,
         script.name,
         f"config snapshot: {snapshot_dir}/{{config.yaml,command.sh,sources.yaml}}; log: {snapshot_dir}/train.log",
     )
-    return run_commands(commands, env, snapshot_dir / "train.log", script.name)
+    with earlier_steps_kept(Path({**os.environ, **env}[FILE_LOGGER_ENV])):
+        return run_commands(commands, env, snapshot_dir / "train.log", script.name)
 
 
 def _check_knob_arguments(script: LauncherScript, knob_arguments: list[str]) -> None:
