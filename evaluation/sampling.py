@@ -31,15 +31,14 @@ def sample_completions(
 
 
 def _sample_with_vllm(model, conversations, n, temperature, max_new_tokens, seed) -> list[list[str]]:
-    from vllm import SamplingParams
-
     from serving.config import JudgeConfig
+    from serving.judges.engine_choice import import_vllm
     from serving.judges.vllm_backend import engine
 
     config = JudgeConfig(model=model, backend="vllm", seed=seed, max_new_tokens=max_new_tokens)
     llm = engine(config, "generate", generated_tokens=max_new_tokens)
     # The engine's seed makes the run repeatable; the n answers of a conversation are one request.
-    params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens)
+    params = import_vllm().SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens)
     outputs = llm.chat(conversations, params, use_tqdm=False)
     return [[completion.text for completion in output.outputs] for output in outputs]
 

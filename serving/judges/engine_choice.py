@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass
+
+# vLLM logs to stdout unless told otherwise, where this project's commands print their reports and results.
+VLLM_LOG_STREAM = "ext://sys.stderr"
 
 
 @dataclass(frozen=True)
@@ -20,7 +24,7 @@ def choose_backend(requested: str) -> BackendChoice:
         return BackendChoice(requested, f"--backend {requested}")
     problem = vllm_import_problem()
     if problem is None:
-        return BackendChoice("vllm", f"--backend auto: vLLM {importlib.import_module('vllm').__version__} importable")
+        return BackendChoice("vllm", f"--backend auto: vLLM {import_vllm().__version__} importable")
     return BackendChoice("transformers", f"--backend auto: vLLM not importable: {problem}")
 
 
@@ -29,7 +33,13 @@ def vllm_import_problem() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "no module named vllm"
     try:
-        importlib.import_module("vllm")
+        import_vllm()
     except Exception as err:  # a broken install (missing CUDA libraries, wrong torch) means: not usable here
         return f"{type(err).__name__}: {err}"
     return None
+
+
+def import_vllm():
+    """The vllm module, its logs sent to stderr unless VLLM_LOGGING_STREAM says otherwise (set before its import)."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", VLLM_LOG_STREAM)
+    return importlib.import_module("vllm")

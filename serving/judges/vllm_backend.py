@@ -50,6 +50,7 @@ from pathlib import Path
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable
+from .engine_choice import import_vllm
 from .generation import Generation
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ THREAD_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 def _vllm():
     try:
-        import vllm
+        vllm = import_vllm()
     except ImportError as err:
         raise BackendUnavailable(
             "--backend vllm needs vLLM (`pip install vllm` on a CUDA machine; on a CPU machine the environment "

@@ -33,13 +33,11 @@ offline.generate(work / "data")
 """
 SAMPLE = """
 import json, sys
-from pathlib import Path
 
 from evaluation.sampling import sample_completions
 
 conversations = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}] for i in range(3)]
-answers = sample_completions(sys.argv[1], conversations, 4, 1.0, 12, 1, backend="vllm")
-Path(sys.argv[2]).write_text(json.dumps(answers))  # not stdout: vLLM logs there
+print(json.dumps(sample_completions(sys.argv[1], conversations, 4, 1.0, 12, 1, backend="vllm")))
 """
 
 
@@ -56,11 +54,13 @@ def work(tmp_path_factory) -> Path:
     return work
 
 
-def test_vllm_samples_n_different_answers_per_conversation(work, tmp_path):
-    """n answers per conversation, and they differ: an answer repeated n times (greedy, or one draw copied) fails."""
-    result = run([sys.executable, "-c", SAMPLE, str(work / "model"), str(tmp_path / "answers.json")])
+def test_vllm_samples_n_different_answers_per_conversation(work):
+    """n answers per conversation, and they differ: an answer repeated n times (greedy, or one draw copied) fails.
+    stdout holds the answers alone: vLLM's own logs (to stdout by default) go to stderr."""
+    result = run([sys.executable, "-c", SAMPLE, str(work / "model")])
     assert result.returncode == 0, result.stderr[-4000:]
-    answers = json.loads((tmp_path / "answers.json").read_text())
+    assert "INFO" in result.stderr
+    answers = json.loads(result.stdout)
     assert [len(group) for group in answers] == [4, 4, 4]
     assert all(len(set(group)) > 1 for group in answers), answers
 
