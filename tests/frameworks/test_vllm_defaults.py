@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.frameworks.test_vllm_serving import TOLERANCE
-from tests.support.servers import PACKAGE_ROOT, free_port, processes_in_group, start_server
+from tests.support.servers import PACKAGE_ROOT, VLLM_STARTUP_TIMEOUT_S, free_port, processes_in_group, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,9 @@ def test_servers_started_without_engine_flags_agree_and_ctrl_c_stops_vllm(judge_
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}  # nothing of vLLM's, nothing of the tests'
     args = ["--model", str(judge_dir)]
     with (
-        start_server(args, tmp_path / "vllm.log", env=environ, python=str(VLLM_PYTHON), startup_timeout_s=420) as vllm,
+        start_server(
+            args, tmp_path / "vllm.log", env=environ, python=str(VLLM_PYTHON), startup_timeout_s=VLLM_STARTUP_TIMEOUT_S
+        ) as vllm,
         start_server(args, tmp_path / "transformers.log", env=environ, python=str(MAIN_PYTHON)) as transformers,
     ):
         healths = [httpx.get(f"{server.url}/health", timeout=30).json() for server in (vllm, transformers)]

@@ -28,7 +28,7 @@ from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support import reward_models
 from tests.support.reward_models import FAMILIES, LABELS
-from tests.support.servers import batch_judge, start_server, started_together
+from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, batch_judge, start_server, started_together
 
 pytestmark = pytest.mark.e2e
 
@@ -97,7 +97,9 @@ def servers(built, tmp_path_factory):
     env = {**os.environ, **ENGINE_ENV}
 
     def start(name: str):
-        return start_server(server_flags(name, built / name), logs / f"{name}.log", startup_timeout_s=420, env=env)
+        return start_server(
+            server_flags(name, built / name), logs / f"{name}.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S, env=env
+        )
 
     with started_together(SERVED, start) as running:
         yield running

@@ -35,7 +35,7 @@ from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.models import verl_checkpoint
-from tests.support.servers import processes_in_group, start_server, started_together
+from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, processes_in_group, start_server, started_together
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_hardening import wait_for_queue_depth
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
@@ -154,10 +154,14 @@ def vllm_servers(judge_dirs, tmp_path_factory):
         if name == RAY_SERVED:
             args += ["--replicas", str(REPLICAS), "--num-cpus-per-replica", "0.5", "--ray-num-cpus", "2"]
             return start_server(
-                args, logs / f"{name}.log", "serving.ray_serve", 420, env={**env, "RAY_TMPDIR": ray_dir}
+                args,
+                logs / f"{name}.log",
+                "serving.ray_serve",
+                VLLM_STARTUP_TIMEOUT_S,
+                env={**env, "RAY_TMPDIR": ray_dir},
             )
         wait_for_local_ray(logs / f"{RAY_SERVED}.log")
-        return start_server(args, logs / f"{name}.log", startup_timeout_s=420, env=env)
+        return start_server(args, logs / f"{name}.log", startup_timeout_s=VLLM_STARTUP_TIMEOUT_S, env=env)
 
     with started_together(list(judge_dirs), start) as servers:
         yield servers

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 
 READY_LINE = "judge server"  # the startup line both servers print once they are about to serve
+# vLLM judge servers starting beside the main suite: 2-3 min alone, past 7 min on a slow 2-core machine.
+VLLM_STARTUP_TIMEOUT_S = 900
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the server runs this checkout, wherever it is started
 
 
