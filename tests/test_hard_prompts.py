@@ -19,6 +19,15 @@ def pointwise_answer(score: int) -> str:
     return f"<think>It answers.</think><score>{score}</score>"
 
 
+def planted_answers(labels: list[int], rows) -> list[list[str]]:
+    """Per file row: its label's answer four times (all right), or, in every third row, the label once and a wrong
+    grade three times (rewards differ)."""
+    return [
+        [pointwise_answer(labels[row])] + [pointwise_answer((labels[row] + 2) % 5 if row % 3 == 0 else labels[row])] * 3
+        for row in rows
+    ]
+
+
 @pytest.fixture(scope="module")
 def grpo_file(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
@@ -32,14 +41,10 @@ def test_only_groups_whose_rewards_differ_are_kept():
 
 
 def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, tmp_path, monkeypatch, capsys):
-    """Answers planted per row: its label's answer four times (all right), or the label once and a wrong grade
-    three times (rewards differ); every third row differs. The kept rows are exactly those, every column as it was."""
+    """The kept rows are exactly those whose planted answers differ, every column as it was."""
     table = pq.read_table(grpo_file)
     labels = [templates.read_ground_truth(r["ground_truth"])["score"] for r in table["reward_model"].to_pylist()]
-    planted = [
-        [pointwise_answer(label)] + [pointwise_answer((label + 2) % 5 if row % 3 == 0 else label)] * 3
-        for row, label in enumerate(labels)
-    ]
+    planted = planted_answers(labels, range(len(labels)))
     monkeypatch.setattr(hard_prompts, "sample_completions", lambda model, conversations, *args: planted)
     out = tmp_path / "hard.parquet"
     hard_prompts.main(["model", str(grpo_file), str(out), "--reward", "pointwise"])
@@ -48,6 +53,47 @@ def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, t
     lines = capsys.readouterr().out.splitlines()
     assert f"kept {len(wanted)} whose rewards differ, left out {len(labels) - len(wanted)}" in lines[0]
     assert sum(int(line.split()[2]) for line in lines[2:-1]) == len(wanted)
+
+
+def test_prompts_n_samples_n_prompts_drawn_by_the_seed_and_keeps_their_file_rows(
+    grpo_file, tmp_path, monkeypatch, capsys
+):
+    table = pq.read_table(grpo_file)
+    labels = [templates.read_ground_truth(r["ground_truth"])["score"] for r in table["reward_model"].to_pylist()]
+    sampled = []  # the file rows of each run's drawn prompts
+
+    def drawn(prompts, count, seed):
+        chosen = real_drawn(prompts, count, seed)
+        sampled.append([prompt.row for prompt in chosen])
+        return chosen
+
+    def planted(model, conversations, *args):
+        assert len(conversations) == len(sampled[-1])
+        return planted_answers(labels, sampled[-1])
+
+    real_drawn = hard_prompts.drawn
+    monkeypatch.setattr(hard_prompts, "drawn", drawn)
+    monkeypatch.setattr(hard_prompts, "sample_completions", planted)
+    reports = []
+    for seed in (1, 1, 2):
+        hard_prompts.main(["m", str(grpo_file), str(tmp_path / f"{seed}.parquet"), "--reward", "pointwise",
+                           "--prompts", "30", "--seed", str(seed)])  # fmt: skip
+        reports.append(capsys.readouterr().out.splitlines())
+    assert sampled[0] == sampled[1] != sampled[2]
+    assert len(sampled[2]) == 30 and sampled[2] == sorted(set(sampled[2]))
+    wanted = [row for row in sampled[2] if row % 3 == 0]
+    assert pq.read_table(tmp_path / "2.parquet").equals(table.take(wanted))
+    first_line = reports[2][0]
+    assert first_line.startswith(f"30 of {len(labels)} prompts (drawn), 4 answers each")
+    assert f"kept {len(wanted)} whose rewards differ, left out {30 - len(wanted)}" in first_line
+
+
+@pytest.mark.parametrize("count", ["-1", "100000"])
+def test_more_prompts_than_the_file_has_are_refused(grpo_file, tmp_path, count):
+    with pytest.raises(SystemExit, match=rf"--prompts {count}: 0 \(every prompt\) or at most the file's \d+"):
+        hard_prompts.main(
+            ["m", str(grpo_file), str(tmp_path / "o.parquet"), "--reward", "pointwise", "--prompts", count]
+        )
 
 
 def test_one_sample_per_prompt_is_refused(grpo_file, tmp_path):
