@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -40,6 +41,10 @@ LAUNCHERS = {
 }
 REWARD_FUNCTIONS = {"pointwise": "compute_pointwise_score", "pairwise": "compute_pairwise_score"}
 DATA_SOURCE = "judge_test"
+RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
+RAY_START_ATTEMPTS = 5
+RAY_START_PAUSE_S = 15  # between attempts: the load that stopped one may pass
+RAY_LOGS = ("raylet.out", "dashboard_agent.log", "dashboard.log")  # a failed start's report ends with theirs
 # What a test environment must not inherit: a judge key, a Ray address or a CPU dtype of the caller's shell.
 OUTSIDE_SETTINGS = ("JUDGE_MODEL_API_KEY", "RAY_ADDRESS", "JUDGE_CPU_DTYPE")
 
@@ -172,7 +177,35 @@ def processes_mentioning(text: str) -> list[int]:
 @contextlib.contextmanager
 def ray_head(ray_tmpdir: str, *resource_flags: str):
     """`ray start --head --block` on loopback with `resource_flags` (e.g. --num-gpus=1); yields its dashboard
-    address and stops every process of it afterwards."""
+    address and stops every process of it afterwards. On a busy 2-core machine `ray start` can exit before its
+    node is up: its raylet waits at most 15 s for its dashboard agent (a Python process) to start, then stops;
+    Ray gives the raylet a fixed 30 s to register, and its Ray Client server as long to read the node's info. It is
+    started again then, RAY_START_PAUSE_S later, up to RAY_START_ATTEMPTS times. A failed assertion inside says
+    whether the cluster was still up, with the ends of `ray start`'s output and of its RAY_LOGS (every failed
+    attempt's)."""
+    output = Path(ray_tmpdir) / "ray_start.log"
+    reports = []
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        dashboard, client_port, cluster = _start_head(ray_tmpdir, resource_flags, output)
+        try:
+            _wait_for_cluster(dashboard, client_port, cluster, output)
+            break
+        except (AssertionError, TimeoutError) as err:
+            exited = cluster.poll() is not None
+            reports.append(f"[attempt {attempt}: {err}]\n{_cluster_report(cluster, output, Path(ray_tmpdir))}")
+            _stop(cluster)
+            if attempt == RAY_START_ATTEMPTS or not exited:
+                raise AssertionError("\n".join(reports)) from None
+            time.sleep(RAY_START_PAUSE_S)
+    try:
+        yield dashboard
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{_cluster_report(cluster, output, Path(ray_tmpdir))}") from None
+    finally:
+        _stop(cluster)
+
+
+def _start_head(ray_tmpdir: str, resource_flags: tuple[str, ...], output: Path) -> tuple[str, int, subprocess.Popen]:
     dashboard = f"http://127.0.0.1:{free_port()}"
     ports = {
         "--port": free_port(),
@@ -192,32 +225,65 @@ def ray_head(ray_tmpdir: str, *resource_flags: str):
         *(f"{flag}={port}" for flag, port in ports.items()),
     ]
     env = {**launcher_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    cluster = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    with output.open("a") as sink:
+        sink.write(f"$ {shlex.join(command)}\n")
+        sink.flush()
+        cluster = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    return dashboard, int(ports["--ray-client-server-port"]), cluster
+
+
+def _stop(cluster: subprocess.Popen) -> None:
+    cluster.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM (no-op once it exited)
     try:
-        _wait_for_dashboard(dashboard, cluster)
-        yield dashboard
+        cluster.wait(60)
     finally:
-        cluster.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
-        try:
-            cluster.wait(60)
-        finally:
-            kill_group(cluster.pid)
+        kill_group(cluster.pid)
 
 
-def _wait_for_dashboard(address: str, cluster: subprocess.Popen, timeout_s: float = 120) -> None:
+def _cluster_report(cluster: subprocess.Popen, output: Path, ray_tmpdir: Path) -> str:
+    state = "still running" if cluster.poll() is None else f"exited with {cluster.returncode}"
+    report = f"[the Ray cluster: `ray start --block` {state}; its output ends]\n{output.read_text()[-2000:]}"
+    for name in RAY_LOGS:
+        log = ray_tmpdir / "cluster" / "session_latest" / "logs" / name
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else ["(none)"]
+        text = "\n".join(line for line in lines if not line.startswith("[state-dump]"))
+        report += f"\n[its {name} ends]\n{text[-1500:]}"
+    return report
+
+
+def _wait_for_cluster(
+    address: str, client_port: int, cluster: subprocess.Popen, output: Path, timeout_s: float = 300
+) -> None:
+    """Until `ray start` says the runtime started (its head node registered: over a minute after the dashboard
+    answered, once, beside the vLLM tests), its Ray Client server listens (it does once it has read the node's
+    info; in CI it gave up once, a second after the dashboard answered, and `ray start --block` stopped the
+    cluster), and Ray's dashboard answers at `address`: a 401 (token authentication) or its version. Another
+    server that took the port between free_port() and Ray's bind answers otherwise."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert cluster.poll() is None, "ray start exited"
-        try:
-            urllib.request.urlopen(f"{address}/api/version", timeout=2)
-            return
-        except urllib.error.HTTPError:  # 401: token authentication, but it answers
-            return
-        except OSError:
+        if RAY_STARTED not in output.read_text() or not _listens(client_port):
             time.sleep(0.5)
-    raise TimeoutError(f"no Ray dashboard at {address} after {timeout_s} s")
+            continue
+        try:
+            with urllib.request.urlopen(f"{address}/api/version", timeout=2) as response:
+                if "ray_version" in json.load(response):
+                    return
+        except urllib.error.HTTPError as err:
+            if err.code == 401:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"no Ray cluster with its dashboard at {address} after {timeout_s} s")
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def kill_group(pgid: int) -> None:
@@ -225,12 +291,15 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def stand_in_dashboard(nodes: list[dict] | None):
+def stand_in_dashboard(nodes: list[dict] | None, version_delay_s: float = 0.0):
     """An HTTP server answering like a Ray dashboard whose nodes declare `nodes` (None: 401 to everything, as a
-    cluster with token authentication answers a request without the token)."""
+    cluster with token authentication answers a request without the token), `version_delay_s` late to GET
+    /api/version (as a busy dashboard)."""
 
     class Dashboard(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path.startswith("/api/version"):
+                time.sleep(version_delay_s)
             if nodes is None:
                 self.send_response(401)
                 self.end_headers()

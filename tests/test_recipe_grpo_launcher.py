@@ -33,6 +33,7 @@ from tests.grpo_recipe import (
     stand_in_dashboard,
 )
 from tests.launcher_helpers import pretend_flash_attention
+from training.launch import ray_cluster
 from training.launch.grpo import AT_THE_END_ONLY, local_ray_env
 
 CPU_SITE = str(REPO_ROOT / "training" / "cpu_site")
@@ -70,6 +71,17 @@ def cpu_launch(data_files, monkeypatch, *args, mode="pointwise", **knobs):
 @pytest.fixture
 def dashboard(request):
     server = stand_in_dashboard(getattr(request, "param", [{"CPU": 16.0, "GPU": 8.0}]))
+    yield from serve_in_thread(server)
+
+
+@pytest.fixture
+def slow_dashboard():
+    """A CPU-mode cluster's dashboard that answers GET /api/version after longer than a quick probe waits."""
+    nodes = [{"CPU": 4.0, "GPU": 1.0, "cpu": 1.0}]
+    yield from serve_in_thread(stand_in_dashboard(nodes, version_delay_s=ray_cluster.PROBE_TIMEOUT_S + 2))
+
+
+def serve_in_thread(server):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -372,6 +384,18 @@ def test_export_dir_none_means_no_export(data_files, monkeypatch):
 # --- where it runs ------------------------------------------------------------------------------------------------
 
 
+def test_a_local_run_is_started_again_when_its_ray_node_does_not_register(data_files, monkeypatch):
+    train = next(command for command in cpu_launch(data_files, monkeypatch).commands if command.name == "train")
+    assert train.start_again == ray_cluster.LOCAL_START_AGAIN
+
+
+@pytest.mark.parametrize("dashboard", [[{"CPU": 4.0, "GPU": 1.0, "cpu": 1.0}]], indirect=True)
+def test_a_submitted_run_is_started_once(data_files, monkeypatch, dashboard):
+    """Its driver joins a running node, which does not wait for a registration."""
+    launch = cpu_launch(data_files, monkeypatch, RAY_MODE="submit", RAY_ADDRESS=dashboard)
+    assert next(command for command in launch.commands if command.name == "train").start_again is None
+
+
 @pytest.mark.parametrize("dashboard", [[{"CPU": 4.0, "GPU": 1.0, "cpu": 1.0}]], indirect=True)
 def test_auto_submits_when_a_cluster_answers(data_files, monkeypatch, dashboard):
     env = launcher_env(RAY_ADDRESS=dashboard, **data_files)
@@ -409,6 +433,20 @@ def test_a_cpu_submission_needs_the_cpu_resource(data_files, monkeypatch, dashbo
     message = launch_error("pointwise", "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
     assert "the cluster's nodes declare: GPU 1, CPU 4, cpu 0" in message
     assert """--num-gpus=1 --resources='{"cpu": 1}'""" in message
+
+
+def test_auto_waits_for_a_set_address_that_answers_slowly(data_files, monkeypatch, slow_dashboard):
+    env = launcher_env(RAY_ADDRESS=slow_dashboard, **data_files)
+    launch = launch_in_python("pointwise", "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert any("submitting the training as a Ray job" in note for note in launch.notes)
+
+
+@pytest.mark.parametrize("dashboard", [[]], indirect=True)
+def test_a_cluster_whose_head_never_registers_is_refused_after_the_wait(data_files, monkeypatch, dashboard):
+    monkeypatch.setattr(ray_cluster, "REGISTRATION_WAIT_S", 1)
+    env = launcher_env(RAY_ADDRESS=dashboard, **data_files)
+    message = launch_error("pointwise", "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert "the cluster's nodes declare: no live node (none registered within 1 s)" in message
 
 
 def test_auto_refuses_a_set_address_where_nothing_answers(data_files, monkeypatch):

@@ -38,6 +38,7 @@ from training.launch.script import Knob, LauncherScript, read_launcher_script
 
 SNAPSHOT_SUBDIR = "launch"
 SCRIPT_DEFAULT = "script default"  # the source of a knob's value when its variable is unset
+OUTPUT_TAIL_BYTES = 1 << 16  # of a command's output, searched for the marker of a failed start
 ENVIRONMENT = "environment"
 USAGE = "python -m training.launch RECIPE SCRIPT <knob arguments> [--dry-run] [--config FILE] [--help] [key=value ...]"
 PRECEDENCE = (
@@ -267,28 +268,44 @@ def run_commands(commands: list[Command], env: dict[str, str], log_path: Path, t
             shown = show_command(command)
             print(shown, flush=True)
             log.write(f"$ {shown}\n".encode())
-            returncode = run_teed(command, {**os.environ, **env, **command.env}, log)
+            returncode = run_started_again(command, {**os.environ, **env, **command.env}, log, title)
             if returncode:
                 note(title, f"{command.name} failed with exit code {returncode}")
                 return returncode
     return 0
 
 
-def run_teed(command: Command, env: dict[str, str], log) -> int:
+def run_started_again(command: Command, env: dict[str, str], log, title: str) -> int:
+    """`command` run once, and started again as `command.start_again` says while it fails that way."""
+    returncode, output_tail = run_teed(command, env, log)
+    starts = command.start_again.starts if command.start_again else 1
+    for start in range(2, starts + 1):
+        if not returncode or command.start_again.marker.encode() not in output_tail:
+            break
+        note(title, f"{command.name}: {command.start_again.cause}; starting it again ({start} of {starts})")
+        log.write(f"===== {utc_now()} {command.name} started again ({start} of {starts})\n".encode())
+        returncode, output_tail = run_teed(command, env, log)
+    return returncode
+
+
+def run_teed(command: Command, env: dict[str, str], log) -> tuple[int, bytes]:
+    """The exit code, and the end of the output (where a failing Python process prints its error)."""
     try:
         process = subprocess.Popen(command.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as err:
         raise LaunchError(f"{command.name}: cannot start {command.argv[0]}: {err}") from err
+    tail = b""
     try:
         while chunk := process.stdout.read1(1 << 16):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
             log.write(chunk)
             log.flush()
+            tail = (tail + chunk)[-OUTPUT_TAIL_BYTES:]
     except KeyboardInterrupt:
         pass  # the process got the same SIGINT; wait for it to stop
     returncode = process.wait()
-    return 128 - returncode if returncode < 0 else returncode
+    return (128 - returncode if returncode < 0 else returncode), tail
 
 
 def note(title: str, message: str) -> None:

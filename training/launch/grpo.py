@@ -186,7 +186,8 @@ RAY_MODE_SUBMIT = "launch.ray_mode=submit (RAY_MODE=submit) and its launch.ray_a
 
 def choose_ray_mode(address: str, address_given: bool, check: Checker) -> tuple[str, str]:
     """Submit when a cluster answers; else local, unless the address was given (RAY_ADDRESS, --config, argument)."""
-    if ray_cluster.cluster_answers(address):
+    timeout_s = ray_cluster.GIVEN_ADDRESS_PROBE_TIMEOUT_S if address_given else ray_cluster.PROBE_TIMEOUT_S
+    if ray_cluster.cluster_answers(address, timeout_s):
         return "submit", f"a Ray cluster answers at {address}: submitting the training as a Ray job"
     if not address_given:
         return "local", (
@@ -382,7 +383,8 @@ def train_command(config: DictConfig, snapshot_dir: Path, recipe_name: str) -> C
         runtime_env = json.dumps({"env_vars": job_environment(cpu_mode)})
         submit = ["ray", "job", "submit", "--address", config.launch.ray_address, "--submission-id", submission_id]
         return Command("train", [*submit, "--runtime-env-json", runtime_env, "--", *trainer], ray_cluster.job_cli_env())
-    return Command("train", ["env", "-u", "RAY_ADDRESS", *trainer, *local_ray_overrides(config)], local_ray_env(config))
+    local = ["env", "-u", "RAY_ADDRESS", *trainer, *local_ray_overrides(config)]
+    return Command("train", local, local_ray_env(config), ray_cluster.LOCAL_START_AGAIN)
 
 
 def job_environment(cpu_mode: bool) -> dict[str, str]:

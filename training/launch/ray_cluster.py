@@ -19,11 +19,22 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.launch.recipe import LaunchError
+from training.launch.recipe import LaunchError, StartAgain
 
 PROBE_TIMEOUT_S = 3
-# A dashboard answers a moment before its head node is registered: an empty node list is waited out.
-REGISTRATION_WAIT_S = 15
+# An address the user named is waited on longer: a busy dashboard is not a missing cluster.
+GIVEN_ADDRESS_PROBE_TIMEOUT_S = 30
+# A dashboard answers before its head node is registered (over a minute later on a busy 2-core machine): an
+# empty node list is waited out.
+REGISTRATION_WAIT_S = 120
+# ray.init(address="local") raises this when its new node's raylet did not register with its GCS within Ray's fixed
+# 30 s (ray/_private/node.py): on a busy machine, before anything of the run started (the raylet also stops when its
+# dashboard agent has not started within 15 s).
+LOCAL_START_AGAIN = StartAgain(
+    marker="The current node timed out during startup",
+    cause="Ray's new local node did not register within Ray's fixed 30 s (a busy machine)",
+    starts=3,
+)
 CPU_MODE_RESOURCE = "cpu"  # what verl's placement groups ask for instead of GPU in CPU mode
 TASK_RUNNER_CPUS = 1
 
@@ -44,10 +55,11 @@ def job_cli_env() -> dict[str, str]:
     return {}
 
 
-def cluster_answers(address: str) -> bool:
-    """Whether a Ray dashboard answers at `address`; any HTTP answer counts (401 too: token authentication)."""
+def cluster_answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a Ray dashboard answers at `address` within `timeout_s`; any HTTP answer counts (401 too: token
+    authentication)."""
     try:
-        urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=PROBE_TIMEOUT_S).close()
+        urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout_s).close()
     except urllib.error.HTTPError:
         return True
     except OSError:
@@ -116,7 +128,8 @@ def shortfall(request: ResourceRequest, nodes: list[dict[str, float]]) -> str | 
     if len(fitting) >= request.nnodes and total_cpus >= needed_cpus:
         return None
     declared = "; ".join(", ".join(f"{name} {node.get(name, 0):g}" for name in per_node) for node in nodes)
-    return f"the run needs {request.describe()}; the cluster's nodes declare: {declared or 'no live node'}"
+    declared = declared or f"no live node (none registered within {REGISTRATION_WAIT_S} s)"
+    return f"the run needs {request.describe()}; the cluster's nodes declare: {declared}"
 
 
 def require_resources(address: str, request: ResourceRequest) -> None:

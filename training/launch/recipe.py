@@ -38,12 +38,23 @@ Given = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
+class StartAgain:
+    """A failure that comes before a command did anything, and that a busy machine causes: a failed start whose
+    output holds `marker` is started again, up to `starts` in all."""
+
+    marker: str
+    cause: str  # what the launch says when it starts the command again
+    starts: int
+
+
+@dataclass(frozen=True)
 class Command:
     """One process the launch runs, in order: training, then the export (which reads the training's config)."""
 
     name: str  # "train" | "export"
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
+    start_again: StartAgain | None = None
 
 
 NO_EXPORT = "none"  # launch.export_dir of a run that is not exported
