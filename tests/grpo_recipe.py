@@ -262,7 +262,7 @@ def _wait_for_cluster(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert cluster.poll() is None, "ray start exited"
-        if RAY_STARTED not in output.read_text() or not _listens(client_port):
+        if RAY_STARTED not in output.read_text() or not listens(client_port):
             time.sleep(0.5)
             continue
         try:
@@ -278,7 +278,8 @@ def _wait_for_cluster(
     raise TimeoutError(f"no Ray cluster with its dashboard at {address} after {timeout_s} s")
 
 
-def _listens(port: int) -> bool:
+def listens(port: int) -> bool:
+    """Whether something accepts connections at 127.0.0.1:`port`."""
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     except OSError:

@@ -27,6 +27,7 @@ from tests.grpo_recipe import (
     launch_error,
     launch_in_python,
     launcher_env,
+    listens,
     processes_mentioning,
     ray_head,
     run_launcher,
@@ -464,9 +465,8 @@ def test_auto_refuses_an_address_given_as_an_argument_where_nothing_answers(data
 
 
 def test_auto_without_an_address_runs_locally_when_the_default_is_silent(data_files, monkeypatch):
-    with socket.socket() as sock:
-        if sock.connect_ex(("127.0.0.1", 8265)) == 0:
-            pytest.skip("something listens on the default Ray dashboard port 127.0.0.1:8265")
+    if listens(8265):
+        pytest.skip("something listens on the default Ray dashboard port 127.0.0.1:8265")
     launch = launch_in_python(
         "pointwise", "trainer.device=cpu", env=launcher_env(**data_files), monkeypatch=monkeypatch
     )
