@@ -224,3 +224,124 @@ def test_hf_rollout_gives_each_new_token_its_own_position(tiny_model_dir):
         print(positions)
     """)
     assert out.strip() == "[[2, 4], [3, 5], [4, 6], [5, 7]]"
+
+
+PADDED_FORWARD_SETUP = """
+    import types, torch
+    from transformers import AutoModelForCausalLM
+    from training import cpu_compat
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained("{model}", dtype=torch.float32, attn_implementation="sdpa")
+    vocab = model.config.vocab_size
+
+    def gradients():
+        values = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        model.zero_grad(set_to_none=True)
+        return values
+
+    def report(name, verl_value, patched_value, verl_grad, patched_grad):
+        value_error = (verl_value - patched_value).abs().max().item()
+        grad_error = ((verl_grad - patched_grad).abs().max() / verl_grad.abs().max()).item()
+        print(name, value_error < 1e-5, grad_error < 1e-4, patched_grad.abs().max().item() > 0)
+"""
+
+
+@pytest.mark.e2e
+def test_sft_loss_over_the_trained_span_is_verls_loss(tiny_model_dir):
+    """verl's own SFT loss (no padding removal) and the CPU-mode one on right-padded rows whose trained tokens
+    start and end at different columns: the same loss and gradients, for training and validation, and with
+    the dp token balance on."""
+    out = run_python(
+        PADDED_FORWARD_SETUP.format(model=tiny_model_dir)
+        + """
+    import torch.distributed as dist
+    import verl.trainer.fsdp_sft_trainer as sft
+    verl_loss = sft.FSDPSFTTrainer._compute_loss_and_backward
+    cpu_compat._sft_loss_over_trained_tokens(sft)
+    patched_loss = sft.FSDPSFTTrainer._compute_loss_and_backward
+    assert patched_loss is not verl_loss
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    lengths, prompts, width = [9, 20, 14], [4, 11, 6], 24
+    ids = torch.randint(3, vocab, (3, width))
+    mask = torch.zeros(3, width, dtype=torch.long)
+    trained = torch.zeros(3, width, dtype=torch.long)
+    positions = torch.zeros(3, width, dtype=torch.long)
+    for row, (length, prompt) in enumerate(zip(lengths, prompts)):
+        mask[row, :length] = 1
+        trained[row, prompt:length] = 1
+        positions[row, :length] = torch.arange(length)
+        ids[row, length:] = 0
+    for balance in (False, True):
+        trainer = types.SimpleNamespace(
+            use_remove_padding=False, device_name="cpu", fsdp_model=model, model=model,
+            config=types.SimpleNamespace(ulysses_sequence_parallel_size=1,
+                                         data=types.SimpleNamespace(balance_dp_token=balance)))
+        def batch():
+            return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "loss_mask": trained}
+        verl_value = verl_loss(trainer, batch(), n_micro_batches=2)
+        verl_grad = gradients()
+        patched_value = patched_loss(trainer, batch(), n_micro_batches=2)
+        report(f"train-balance-{balance}", verl_value, patched_value, verl_grad, gradients())
+    with torch.no_grad():
+        print("validation", abs(verl_loss(trainer, batch(), False).item()
+                                - patched_loss(trainer, batch(), False).item()) < 1e-5)
+    dist.destroy_process_group()
+    """,
+        site=None,
+    )
+    expected = "train-balance-False True True True train-balance-True True True True validation True"
+    assert out.split() == expected.split()
+
+
+@pytest.mark.e2e
+def test_actor_log_probs_from_the_response_head_are_verls(tiny_model_dir):
+    """verl's actor forward (no padding removal) and the CPU-mode one, which drops the left-padding columns no
+    row uses and heads the responses only, on left-padded prompts with right-padded responses: the same
+    log-probabilities, entropies and gradients."""
+    out = run_python(
+        PADDED_FORWARD_SETUP.format(model=tiny_model_dir)
+        + """
+    from omegaconf import OmegaConf
+    import torch.distributed as dist
+    import verl.workers.actor.dp_actor as dp_actor
+    from verl.utils.model import compute_position_id_with_mask
+    verl_forward = dp_actor.DataParallelPPOActor._forward_micro_batch
+    cpu_compat._actor_head_on_responses_only(dp_actor)
+    patched_forward = dp_actor.DataParallelPPOActor._forward_micro_batch
+    assert patched_forward is not verl_forward
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    config = OmegaConf.create({"use_remove_padding": False, "use_fused_kernels": False, "use_torch_compile": False,
+                               "ulysses_sequence_parallel_size": 1, "entropy_from_logits_with_chunking": False,
+                               "entropy_checkpointing": False, "fsdp_config": {"dtype": "float32"}})
+    actor = dp_actor.DataParallelPPOActor(config, model, actor_optimizer=None)
+    prompt_width, response_width = 12, 6
+    mask = torch.zeros(3, prompt_width + response_width, dtype=torch.long)
+    for row, (prompt, response) in enumerate([(5, 6), (8, 2), (3, 4)]):
+        mask[row, prompt_width - prompt : prompt_width + response] = 1
+    ids = torch.randint(3, vocab, mask.shape) * mask
+    micro_batch = {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask),
+                   "responses": ids[:, prompt_width:]}
+    results = {}
+    for name, forward in (("verl", verl_forward), ("patched", patched_forward)):
+        entropy, log_probs = forward(actor, micro_batch, temperature=0.7, calculate_entropy=True)
+        (log_probs * mask[:, prompt_width:]).sum().backward()
+        results[name] = (entropy, log_probs, gradients())
+    (verl_entropy, verl_log_probs, verl_grad), (entropy, log_probs, grad) = results["verl"], results["patched"]
+    print("entropy", (verl_entropy - entropy).abs().max().item() < 1e-5)
+    report("log_probs", verl_log_probs, log_probs, verl_grad, grad)
+    dist.destroy_process_group()
+    """,
+        site=None,
+    )
+    assert out.split()[-6:] == ["entropy", "True", "log_probs", "True", "True", "True"]  # after verl's own prints
+
+
+@pytest.mark.e2e
+def test_cpu_mode_installs_the_padded_forward_shortcuts():
+    out = run_python("""
+        import verl.trainer.fsdp_sft_trainer as sft
+        import verl.workers.actor.dp_actor as dp_actor
+        print(sft.FSDPSFTTrainer._compute_loss_and_backward.__module__)
+        print(dp_actor.DataParallelPPOActor._forward_micro_batch.__module__)
+    """)
+    assert out.split() == ["training.cpu_compat", "training.cpu_compat"]

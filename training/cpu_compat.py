@@ -4,6 +4,8 @@ verl 0.6.1 assumes CUDA in a handful of places (docs/verl-0.6.1-on-cpu.md lists 
 is one small function, applied right after its target module is first imported, so that it reaches
 the launcher process, every torchrun rank and every Ray worker alike: the launchers put
 `cpu_site/sitecustomize.py` on PYTHONPATH in CPU mode only, and that file calls `install()`.
+Two of them are not fixes but exact shortcuts for the padded forwards CPU mode runs (no flash-attn, so no
+padding removal): the same losses and gradients, computed on the positions that count.
 
 Several fixes touch private torch internals; torch is pinned in CI and tests/test_cpu_compat.py checks
 each one. Nothing here runs when a GPU is present: `install()` refuses to. The one exception is the SDPA
@@ -171,6 +173,40 @@ def _average_sft_loss_over_cpu_ranks(sft_trainer) -> None:
     sft_trainer.is_npu_available = True
 
 
+def _sft_loss_over_trained_tokens(sft_trainer) -> None:
+    """Without padding removal the SFT loss ran the model on every column up to max_length and the LM head on
+    every position; training/response_logits.py computes the same loss on the trained span only."""
+    from training.response_logits import sft_micro_batch_loss
+
+    trainer = sft_trainer.FSDPSFTTrainer
+    original = trainer._compute_loss_and_backward
+
+    def compute(self, batch, do_backward=True, n_micro_batches=1):
+        if self.use_remove_padding or self.config.ulysses_sequence_parallel_size > 1:
+            return original(self, batch, do_backward, n_micro_batches)
+        return sft_micro_batch_loss(self, batch, do_backward, n_micro_batches)
+
+    trainer._compute_loss_and_backward = compute
+
+
+def _actor_head_on_responses_only(dp_actor) -> None:
+    """Without padding removal the actor and reference forwards ran the LM head on the whole left-padded
+    prompt to keep the responses' log-probabilities; they now skip unused padding and head the responses only."""
+    from training.response_logits import head_on_last, without_unused_left_padding
+
+    actor = dp_actor.DataParallelPPOActor
+    original = actor._forward_micro_batch
+
+    def forward(self, micro_batch, temperature, calculate_entropy=False):
+        padded_path = not (self.use_remove_padding or self.use_fused_kernels or self.use_ulysses_sp)
+        if not padded_path or "multi_modal_inputs" in micro_batch:
+            return original(self, micro_batch, temperature, calculate_entropy)
+        with head_on_last(self.actor_module, micro_batch["responses"].size(-1) + 1):
+            return original(self, without_unused_left_padding(micro_batch), temperature, calculate_entropy)
+
+    actor._forward_micro_batch = forward
+
+
 def _register_hf_rollout(rollout_base) -> None:
     """verl 0.6.1 registers only vLLM and SGLang rollouts; CPU mode generates with plain HF."""
     rollout_base._ROLLOUT_REGISTRY[("hf", "sync")] = HF_ROLLOUT_CLASS
@@ -195,7 +231,12 @@ PATCHES: dict[str, list[Callable]] = {
     "transformers.modeling_utils": [_flash_attention_falls_back_to_sdpa],
     "verl.utils.device": [_gloo_backend],
     "verl.utils.fsdp_utils": [_unpinned_cpu_offload],
-    "verl.trainer.fsdp_sft_trainer": [_fp32_mixed_precision_in_sft, _average_sft_loss_over_cpu_ranks],
+    "verl.trainer.fsdp_sft_trainer": [
+        _fp32_mixed_precision_in_sft,
+        _average_sft_loss_over_cpu_ranks,
+        _sft_loss_over_trained_tokens,
+    ],
+    "verl.workers.actor.dp_actor": [_actor_head_on_responses_only],
     "verl.workers.rollout.base": [_register_hf_rollout],
     "verl.workers.fsdp_workers": [_no_ref_offload_in_fsdp1],
 }
