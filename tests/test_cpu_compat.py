@@ -345,3 +345,37 @@ def test_cpu_mode_installs_the_padded_forward_shortcuts():
         print(dp_actor.DataParallelPPOActor._forward_micro_batch.__module__)
     """)
     assert out.split() == ["training.cpu_compat", "training.cpu_compat"]
+
+
+@pytest.mark.e2e
+def test_hf_rollout_leaves_unused_left_padding_out_and_generates_the_same(tiny_model_dir):
+    """Prompts of 3 and 5 tokens left-padded to 9: generation sees 5 columns, and the greedy responses and the
+    returned batch are those of a generation over all 9."""
+    out = run_python(f"""
+        import torch
+        from verl import DataProto
+        from verl.utils.model import compute_position_id_with_mask
+        from verl.workers.config import HFModelConfig, RolloutConfig
+        from verl.workers.rollout.base import get_rollout_class
+        config = RolloutConfig(name="hf", prompt_length=9, response_length=6, do_sample=False)
+        rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{tiny_model_dir}"), None)
+        mask = torch.tensor([[0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1]])
+        torch.manual_seed(0)
+        prompts = DataProto.from_dict(
+            tensors={{"input_ids": torch.randint(3, 50, (2, 9)) * mask, "attention_mask": mask,
+                     "position_ids": compute_position_id_with_mask(mask)}},
+            meta_info={{"eos_token_id": -1, "pad_token_id": 0, "do_sample": False}})
+        prefill_widths = []
+        def record_prefill(module, args, kwargs):
+            if kwargs["input_ids"].shape[1] > 1:
+                prefill_widths.append(kwargs["input_ids"].shape[1])
+        rollout.module.register_forward_pre_hook(record_prefill, with_kwargs=True)
+        trimmed_generate = rollout.module.generate
+        rollout.module.generate = trimmed_generate.__wrapped__  # without the trimming: verl's HFRollout, fixed
+        full = rollout.generate_sequences(prompts).batch
+        rollout.module.generate = trimmed_generate
+        trimmed = rollout.generate_sequences(prompts).batch
+        same = all(torch.equal(full[key], trimmed[key]) for key in full.keys())
+        print(prefill_widths, same, full["responses"].shape[1])
+    """)
+    assert out.split() == ["[9,", "5]", "True", "6"]

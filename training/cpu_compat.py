@@ -175,8 +175,8 @@ def _average_sft_loss_over_cpu_ranks(sft_trainer) -> None:
 
 def _sft_loss_over_trained_tokens(sft_trainer) -> None:
     """Without padding removal the SFT loss ran the model on every column up to max_length and the LM head on
-    every position; training/response_logits.py computes the same loss on the trained span only."""
-    from training.response_logits import sft_micro_batch_loss
+    every position; training/padded_forwards.py computes the same loss on the trained span only."""
+    from training.padded_forwards import sft_micro_batch_loss
 
     trainer = sft_trainer.FSDPSFTTrainer
     original = trainer._compute_loss_and_backward
@@ -192,7 +192,7 @@ def _sft_loss_over_trained_tokens(sft_trainer) -> None:
 def _actor_head_on_responses_only(dp_actor) -> None:
     """Without padding removal the actor and reference forwards ran the LM head on the whole left-padded
     prompt to keep the responses' log-probabilities; they now skip unused padding and head the responses only."""
-    from training.response_logits import head_on_last, without_unused_left_padding
+    from training.padded_forwards import head_on_last, without_unused_left_padding
 
     actor = dp_actor.DataParallelPPOActor
     original = actor._forward_micro_batch

@@ -3,7 +3,7 @@
 verl 0.6.1's own HFRollout cannot be built by its workers (its __init__ predates the BaseRollout
 signature) and is not in the rollout registry. This one keeps a plain, unsharded copy of the policy,
 receives the actor's weights through `update_weights` before every generation, and generates with
-HFRollout's code.
+HFRollout's code, without the left-padding columns no prompt of the batch uses.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
+
+from training.padded_forwards import unused_left_padding
 
 
 class CPUHFRollout(HFRollout):
@@ -26,7 +28,7 @@ class CPUHFRollout(HFRollout):
             trust_remote_code=self.model_config.trust_remote_code,
         )
         self.module.eval()
-        self.module.generate = _without_prompt_position_ids(self.module.generate)
+        self.module.generate = _without_unused_left_padding(_without_prompt_position_ids(self.module.generate))
 
     async def resume(self, tags: list[str]):
         """Weights and cache stay in host memory: nothing to bring back."""
@@ -62,3 +64,18 @@ def _without_prompt_position_ids(generate):
         return generate(*args, **kwargs)
 
     return generate_with_own_positions
+
+
+def _without_unused_left_padding(generate):
+    """verl pads every prompt on the left to data.max_prompt_length; the columns that are padding in every row
+    change no token (they are masked) but cost each forward. They are left out of generation and put back
+    in front of the returned sequences, which keep the width HFRollout expects."""
+
+    @functools.wraps(generate)
+    def generate_from_used_columns(*args, input_ids, attention_mask, **kwargs):
+        start = unused_left_padding(attention_mask)
+        output = generate(*args, input_ids=input_ids[:, start:], attention_mask=attention_mask[:, start:], **kwargs)
+        output.sequences = torch.cat([input_ids[:, :start], output.sequences], dim=1)
+        return output
+
+    return generate_from_used_columns

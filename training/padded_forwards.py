@@ -1,12 +1,13 @@
 """Exact shortcuts for verl's padded forwards, where padding is not removed (CPU mode: no flash-attn).
 
 Without padding removal, verl 0.6.1 runs every column of a padded batch through the model and its
-language-model head (49k outputs a position for SmolLM2), then keeps the response tokens alone. Two cuts
-give the same losses, log-probabilities and gradients for less work:
+language-model head (49k outputs a position for SmolLM2), then keeps the response tokens alone. These cuts
+give the same losses, log-probabilities, gradients and generations for less work:
 - SFT: a micro batch is cut after its last trained token, and the head runs from its first trained
   position only (`sft_micro_batch_loss`);
 - the actor and reference forwards: the left-padding columns no row uses are dropped
-  (`without_unused_left_padding`), and the head runs on the response positions only (`head_on_last`).
+  (`without_unused_left_padding`), and the head runs on the response positions only (`head_on_last`);
+- the HF rollout generates without those columns too (training/hf_rollout.py, `unused_left_padding`).
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ def sft_micro_batch_loss(trainer, batch, do_backward: bool = True, n_micro_batch
         return loss
 
 
+def unused_left_padding(attention_mask: torch.Tensor) -> int:
+    """How many leading columns of a left-padded batch are padding in every row."""
+    return int(attention_mask.any(dim=0).int().argmax())
+
+
 def without_unused_left_padding(micro_batch: dict) -> dict:
     """A left-padded micro batch without the leading columns that are padding in every row."""
-    start = int(micro_batch["attention_mask"].any(dim=0).int().argmax())
+    start = unused_left_padding(micro_batch["attention_mask"])
     if start == 0:
         return micro_batch
     return {**micro_batch, **{key: micro_batch[key][..., start:] for key in INPUT_KEYS}}
