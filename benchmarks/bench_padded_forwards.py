@@ -85,8 +85,8 @@ class Stages:
         import torch
 
         count = self.size["micro_batch"]
-        sft = _stack([self.sft_rows[(repetition * count + row) % len(self.sft_rows)] for row in range(count)])
-        prompts = _stack([self.prompts[(repetition * count + row) % len(self.prompts)] for row in range(count)])
+        sft = _rows(self.sft_rows, repetition, count)
+        prompts = _rows(self.prompts, repetition, count)
         generator = torch.Generator().manual_seed(self.args.seed * 1000 + repetition)
         width = self.args.max_response_length
         lengths = torch.randint(24, 49, (count,), generator=generator).clamp(max=width)
@@ -102,11 +102,8 @@ class Stages:
             "position_ids": compute_position_id_with_mask(mask),
             "responses": responses,
         }
-        rollout_rows = [
-            self.prompts[(repetition * self.size["rollout_prompts"] + row) % len(self.prompts)]
-            for row in range(self.size["rollout_prompts"])
-        ]
-        return {"sft step": sft, "actor step": actor, "generation": _stack(rollout_rows)}
+        generation = _rows(self.prompts, repetition, self.size["rollout_prompts"])
+        return {"sft step": sft, "actor step": actor, "generation": generation}
 
     def run(self, stage: str, method: str, batch: dict) -> tuple[float, object]:
         """Seconds the stage took, and its result (to compare the methods)."""
@@ -210,9 +207,11 @@ def _rollout(args):
     return CPUHFRollout(config, HFModelConfig(path=str(args.model)), None)
 
 
-def _stack(rows: list[dict]) -> dict:
+def _rows(dataset, repetition: int, count: int) -> dict:
+    """The repetition's `count` rows of a verl dataset (the next ones, wrapping round), stacked into a batch."""
     import torch
 
+    rows = [dataset[(repetition * count + row) % len(dataset)] for row in range(count)]
     keys = ("input_ids", "attention_mask", "position_ids", "loss_mask")
     return {key: torch.stack([row[key] for row in rows]) for key in keys if key in rows[0]}
 
