@@ -226,6 +226,34 @@ def test_hf_rollout_gives_each_new_token_its_own_position(tiny_model_dir):
     assert out.strip() == "[[2, 4], [3, 5], [4, 6], [5, 7]]"
 
 
+@pytest.mark.e2e
+def test_hf_rollout_samples_the_same_answers_at_the_same_step_whatever_the_global_random_state(tiny_model_dir):
+    """verl's worker hands the rollout a random state torch seeded at random (two GRPO runs of one config sampled
+    different answers at step 1): the same batch sampled twice at step 3, with the global state reseeded in
+    between, gets the same answers; at step 4 others; and sampling leaves the trainer's random state alone."""
+    out = run_python(f"""
+        import torch
+        from verl import DataProto
+        from verl.utils.model import compute_position_id_with_mask
+        from verl.workers.config import HFModelConfig, RolloutConfig
+        from verl.workers.rollout.base import get_rollout_class
+        config = RolloutConfig(name="hf", prompt_length=5, response_length=8, do_sample=True, temperature=1.0)
+        rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{tiny_model_dir}"), None)
+        mask = torch.ones(4, 5, dtype=torch.long)
+        def sample(step):
+            return rollout.generate_sequences(DataProto.from_dict(
+                tensors={{"input_ids": torch.full((4, 5), 7), "attention_mask": mask,
+                         "position_ids": compute_position_id_with_mask(mask)}},
+                meta_info={{"eos_token_id": -1, "pad_token_id": 0, "global_steps": step}})).batch["responses"]
+        first = sample(3)
+        torch.seed()
+        state = torch.get_rng_state()
+        again = sample(3)
+        print(torch.equal(first, again), torch.equal(first, sample(4)), torch.equal(state, torch.get_rng_state()))
+    """)
+    assert out.split() == ["True", "False", "True"]
+
+
 PADDED_FORWARD_SETUP = """
     import types, torch
     from transformers import AutoModelForCausalLM

@@ -3,7 +3,8 @@
 verl 0.6.1's own HFRollout cannot be built by its workers (its __init__ predates the BaseRollout
 signature) and is not in the rollout registry. This one keeps a plain, unsharded copy of the policy,
 receives the actor's weights through `update_weights` before every generation, and generates with
-HFRollout's code, without the left-padding columns no prompt of the batch uses.
+HFRollout's code, without the left-padding columns no prompt of the batch uses, from a random state seeded by
+the training step.
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ class CPUHFRollout(HFRollout):
         )
         self.module.eval()
         self.module.generate = _without_unused_left_padding(_without_prompt_position_ids(self.module.generate))
+
+    def generate_sequences(self, prompts):
+        """Samples from torch's generator seeded with the batch's global step, so a run repeats (a resumed run
+        draws the same random numbers as the uninterrupted one did). verl's worker meant to keep a seeded
+        generator for rollouts, but in sync mode it replaces that state, once, with the process's global one
+        (fsdp_workers.py, `trainer_mode` at the end of `init_model`), which torch seeds at random in each process;
+        two runs of one config then sampled different answers to the same prompts from the same weights. The
+        trainer's state is left as it was."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(prompts.meta_info.get("global_steps", 0))
+            return super().generate_sequences(prompts)
 
     async def resume(self, tags: list[str]):
         """Weights and cache stay in host memory: nothing to bring back."""
