@@ -197,32 +197,44 @@ def test_a_module_run_with_python_m_gets_its_patches(tmp_path, entry_points, exp
     assert result.stdout.strip() == expected
 
 
+# The CPU-mode HF rollout of {model}, built with RolloutConfig(name="hf", {config}), and `prompts`, its input batch.
+HF_ROLLOUT_SETUP = """
+    import torch
+    from verl import DataProto
+    from verl.utils.model import compute_position_id_with_mask
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.base import get_rollout_class
+    config = RolloutConfig(name="hf", {config})
+    rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{model}"), None)
+
+    def prompts(input_ids, mask, **meta_info):
+        return DataProto.from_dict(
+            tensors={{"input_ids": input_ids, "attention_mask": mask,
+                     "position_ids": compute_position_id_with_mask(mask)}},
+            meta_info={{"eos_token_id": -1, "pad_token_id": 0, **meta_info}})
+"""
+
+
 @pytest.mark.e2e
 def test_hf_rollout_gives_each_new_token_its_own_position(tiny_model_dir):
     """verl's HFRollout passes the prompt's position ids to generate(); the CPU rollout must not let every
     generated token reuse the last prompt position (rows of 3 and 5 prompt tokens, left-padded)."""
-    out = run_python(f"""
-        import functools, torch
-        from verl import DataProto
-        from verl.utils.model import compute_position_id_with_mask
-        from verl.workers.config import HFModelConfig, RolloutConfig
-        from verl.workers.rollout.base import get_rollout_class
-        config = RolloutConfig(name="hf", prompt_length=5, response_length=4, do_sample=False)
-        rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{tiny_model_dir}"), None)
-        positions = []
-        forward = rollout.module.forward
-        @functools.wraps(forward)
-        def recording_forward(*args, **kwargs):
-            positions.append(kwargs["position_ids"][:, -1].tolist())
-            return forward(*args, **kwargs)
-        rollout.module.forward = recording_forward
-        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-        rollout.generate_sequences(DataProto.from_dict(
-            tensors={{"input_ids": torch.full((2, 5), 7), "attention_mask": mask,
-                     "position_ids": compute_position_id_with_mask(mask)}},
-            meta_info={{"eos_token_id": -1, "pad_token_id": 0, "do_sample": False}}))
-        print(positions)
-    """)
+    out = run_python(
+        HF_ROLLOUT_SETUP.format(model=tiny_model_dir, config="prompt_length=5, response_length=4, do_sample=False")
+        + """
+    import functools
+    positions = []
+    forward = rollout.module.forward
+    @functools.wraps(forward)
+    def recording_forward(*args, **kwargs):
+        positions.append(kwargs["position_ids"][:, -1].tolist())
+        return forward(*args, **kwargs)
+    rollout.module.forward = recording_forward
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    rollout.generate_sequences(prompts(torch.full((2, 5), 7), mask, do_sample=False))
+    print(positions)
+    """
+    )
     assert out.strip() == "[[2, 4], [3, 5], [4, 6], [5, 7]]"
 
 
@@ -231,26 +243,22 @@ def test_hf_rollout_samples_the_same_answers_at_the_same_step_whatever_the_globa
     """verl's worker hands the rollout a random state torch seeded at random (two GRPO runs of one config sampled
     different answers at step 1): the same batch sampled twice at step 3, with the global state reseeded in
     between, gets the same answers; at step 4 others; and sampling leaves the trainer's random state alone."""
-    out = run_python(f"""
-        import torch
-        from verl import DataProto
-        from verl.utils.model import compute_position_id_with_mask
-        from verl.workers.config import HFModelConfig, RolloutConfig
-        from verl.workers.rollout.base import get_rollout_class
-        config = RolloutConfig(name="hf", prompt_length=5, response_length=8, do_sample=True, temperature=1.0)
-        rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{tiny_model_dir}"), None)
-        mask = torch.ones(4, 5, dtype=torch.long)
-        def sample(step):
-            return rollout.generate_sequences(DataProto.from_dict(
-                tensors={{"input_ids": torch.full((4, 5), 7), "attention_mask": mask,
-                         "position_ids": compute_position_id_with_mask(mask)}},
-                meta_info={{"eos_token_id": -1, "pad_token_id": 0, "global_steps": step}})).batch["responses"]
-        first = sample(3)
-        torch.seed()
-        state = torch.get_rng_state()
-        again = sample(3)
-        print(torch.equal(first, again), torch.equal(first, sample(4)), torch.equal(state, torch.get_rng_state()))
-    """)
+    out = run_python(
+        HF_ROLLOUT_SETUP.format(
+            model=tiny_model_dir, config="prompt_length=5, response_length=8, do_sample=True, temperature=1.0"
+        )
+        + """
+    mask = torch.ones(4, 5, dtype=torch.long)
+    def sample(step):
+        batch = prompts(torch.full((4, 5), 7), mask, global_steps=step)
+        return rollout.generate_sequences(batch).batch["responses"]
+    first = sample(3)
+    torch.seed()
+    state = torch.get_rng_state()
+    again = sample(3)
+    print(torch.equal(first, again), torch.equal(first, sample(4)), torch.equal(state, torch.get_rng_state()))
+    """
+    )
     assert out.split() == ["True", "False", "True"]
 
 
@@ -379,31 +387,24 @@ def test_cpu_mode_installs_the_padded_forward_shortcuts():
 def test_hf_rollout_leaves_unused_left_padding_out_and_generates_the_same(tiny_model_dir):
     """Prompts of 3 and 5 tokens left-padded to 9: generation sees 5 columns, and the greedy responses and the
     returned batch are those of a generation over all 9."""
-    out = run_python(f"""
-        import torch
-        from verl import DataProto
-        from verl.utils.model import compute_position_id_with_mask
-        from verl.workers.config import HFModelConfig, RolloutConfig
-        from verl.workers.rollout.base import get_rollout_class
-        config = RolloutConfig(name="hf", prompt_length=9, response_length=6, do_sample=False)
-        rollout = get_rollout_class("hf", "sync")(config, HFModelConfig(path="{tiny_model_dir}"), None)
-        mask = torch.tensor([[0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1]])
-        torch.manual_seed(0)
-        prompts = DataProto.from_dict(
-            tensors={{"input_ids": torch.randint(3, 50, (2, 9)) * mask, "attention_mask": mask,
-                     "position_ids": compute_position_id_with_mask(mask)}},
-            meta_info={{"eos_token_id": -1, "pad_token_id": 0, "do_sample": False}})
-        prefill_widths = []
-        def record_prefill(module, args, kwargs):
-            if kwargs["input_ids"].shape[1] > 1:
-                prefill_widths.append(kwargs["input_ids"].shape[1])
-        rollout.module.register_forward_pre_hook(record_prefill, with_kwargs=True)
-        trimmed_generate = rollout.module.generate
-        rollout.module.generate = trimmed_generate.__wrapped__  # without the trimming: verl's HFRollout, fixed
-        full = rollout.generate_sequences(prompts).batch
-        rollout.module.generate = trimmed_generate
-        trimmed = rollout.generate_sequences(prompts).batch
-        same = all(torch.equal(full[key], trimmed[key]) for key in full.keys())
-        print(prefill_widths, same, full["responses"].shape[1])
-    """)
+    out = run_python(
+        HF_ROLLOUT_SETUP.format(model=tiny_model_dir, config="prompt_length=9, response_length=6, do_sample=False")
+        + """
+    mask = torch.tensor([[0, 0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1]])
+    torch.manual_seed(0)
+    batch = prompts(torch.randint(3, 50, (2, 9)) * mask, mask, do_sample=False)
+    prefill_widths = []
+    def record_prefill(module, args, kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefill_widths.append(kwargs["input_ids"].shape[1])
+    rollout.module.register_forward_pre_hook(record_prefill, with_kwargs=True)
+    trimmed_generate = rollout.module.generate
+    rollout.module.generate = trimmed_generate.__wrapped__  # without the trimming: verl's HFRollout, fixed
+    full = rollout.generate_sequences(batch).batch
+    rollout.module.generate = trimmed_generate
+    trimmed = rollout.generate_sequences(batch).batch
+    same = all(torch.equal(full[key], trimmed[key]) for key in full.keys())
+    print(prefill_widths, same, full["responses"].shape[1])
+    """
+    )
     assert out.split() == ["[9,", "5]", "True", "6"]
