@@ -32,8 +32,9 @@ from pathlib import Path
 from benchmarks.common import exit_on_sigterm, markdown_table, write_results
 from benchmarks.reliability import RestartableJudge, judge_server_args, load_average, tiny_model, tiny_scalar_judge
 from data_prep import offline
-from tests.grpo_recipe import POLICY_LAUNCHER, kill_group, launcher_env, processes_mentioning
+from tests.grpo_recipe import POLICY_LAUNCHER, launcher_env, processes_mentioning
 from tests.launcher_helpers import logged_metrics
+from tests.support.processes import kill_group
 
 SOURCES = ("judge", "cache", "rule_fallback")
 CPU_CONFIG = POLICY_LAUNCHER.parent / "configs" / "cpu_tiny.yaml"

@@ -26,6 +26,7 @@ from judge_rewards.protocol import templates
 from tests.conftest import REPO_ROOT
 from tests.launcher_helpers import composed
 from tests.launcher_helpers import launcher_env as recipe_env
+from tests.support.processes import kill_group
 from tests.support.servers import free_port
 from training.launch.recipe import Command, LaunchError
 from training.launch.registry import RECIPES
@@ -285,11 +286,6 @@ def listens(port: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def stand_in_dashboard(nodes: list[dict] | None, version_delay_s: float = 0.0):

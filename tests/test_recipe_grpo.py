@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import tempfile
 from pathlib import Path
+from subprocess import PIPE, STDOUT
 
 import httpx
 import pandas as pd
@@ -32,7 +32,6 @@ from tests.grpo_recipe import (
     GRPO_DIR,
     LAUNCHERS,
     judge_sft_rows,
-    kill_group,
     launcher_env,
     processes_mentioning,
     ray_head,
@@ -40,6 +39,7 @@ from tests.grpo_recipe import (
 )
 from tests.launcher_helpers import logged_metrics
 from tests.reward_adapter_servers import make_system
+from tests.support.processes import run_in_own_group
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -51,21 +51,11 @@ SERVED_NEW_TOKENS = 16
 
 def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
     """Runs a launcher in its own process group and kills what is left of the group afterwards."""
-    process = subprocess.Popen(
-        ["bash", str(script), *args],
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    result = run_in_own_group(
+        ["bash", str(script), *args], LAUNCHER_TIMEOUT_S, cwd=cwd, env=env, stdout=PIPE, stderr=STDOUT
     )
-    try:
-        output, _ = process.communicate(timeout=LAUNCHER_TIMEOUT_S)
-    finally:
-        kill_group(process.pid)
-    assert process.returncode == 0, output[-6000:]
-    return output
+    assert result.returncode == 0, result.stdout[-6000:]
+    return result.stdout
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from serving.judges.vllm_backend import (
     engine_settings,
 )
 from tests.conftest import REPO_ROOT
-from tests.support.servers import processes_in_group
+from tests.support.processes import kill_group, processes_in_group
 
 
 def test_auto_picks_transformers_where_vllm_cannot_be_imported_and_says_why(tiny_scalar_judge_dir):
@@ -118,7 +118,7 @@ def ready_process(script: str, *args: str, stderr=None) -> Iterator[subprocess.P
         assert process.stdout.readline().strip() == "ready"
         yield process
     finally:
-        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=False, capture_output=True)
+        kill_group(process.pid)
         process.wait(30)
 
 

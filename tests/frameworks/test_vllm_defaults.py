@@ -12,7 +12,6 @@ takes). The prompts are long enough (over 100 tokens) for prefix caching's 32-to
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -25,7 +24,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.frameworks.test_vllm_serving import TOLERANCE
-from tests.support.servers import PACKAGE_ROOT, VLLM_STARTUP_TIMEOUT_S, free_port, processes_in_group, start_server
+from tests.support.processes import kill_group, processes_in_group
+from tests.support.servers import PACKAGE_ROOT, VLLM_STARTUP_TIMEOUT_S, free_port, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -128,8 +128,7 @@ def test_a_stop_at_any_moment_leaves_no_process(moment, signum, judge_dir, tmp_p
         process.send_signal(signum)
         assert_stopped_leaving_no_process(process, signum, log_path)
     finally:
-        with contextlib.suppress(ProcessLookupError):  # whatever is left of the group, the test's own processes
-            os.killpg(process.pid, signal.SIGKILL)
+        kill_group(process.pid)  # whatever is left of the group, the test's own processes
         process.wait(30)
 
 

@@ -7,8 +7,6 @@ Each run is a process of its own, so that its engine ends with it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.support.processes import run_in_own_group
 from tests.support.servers import PACKAGE_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -62,18 +61,9 @@ FILLER_WORDS = 600  # about LONG_PROMPT_TOKENS with the tiny model's tokenizer
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess:
-    """`command` in a process group of its own; past the timeout the whole group is killed, the engine's processes
-    with it (killing the command alone left them running)."""
+    """`command` with the project on its path, the engine's processes killed with it."""
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": PACKAGE_ROOT}
-    with subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=PIPE, stderr=PIPE, text=True, env=environ, start_new_session=True
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    return run_in_own_group(command, 600, cwd=REPO_ROOT, stdout=PIPE, stderr=PIPE, env=environ)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,8 @@ from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.models import verl_checkpoint
-from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, processes_in_group, start_server, started_together
+from tests.support.processes import processes_in_group
+from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, start_server, started_together
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_hardening import wait_for_queue_depth
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION

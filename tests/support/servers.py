@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.processes import kill_group
+
 READY_LINE = "judge server"  # the startup line both servers print once they are about to serve
 # vLLM judge servers starting beside the main suite: 2-3 min alone, past 7 min on a slow 2-core machine.
 VLLM_STARTUP_TIMEOUT_S = 900
@@ -38,14 +40,14 @@ class RunningServer:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                kill_group(self.process.pid)
                 self.process.wait(timeout_s)
         return self.process.returncode
 
     def kill(self) -> None:
         """SIGKILL for the whole process group: the server dies without answering what it holds."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            kill_group(self.process.pid)
             self.process.wait()
 
     def __enter__(self) -> RunningServer:
@@ -133,20 +135,6 @@ def started_together(names: Sequence[str], start: Callable[[str], RunningServer]
 def stop_all(servers: Sequence[RunningServer]) -> None:
     with ThreadPoolExecutor(max(len(servers), 1)) as pool:
         list(pool.map(RunningServer.stop, servers))
-
-
-def processes_in_group(group: int) -> list[str]:
-    """`pid command` of every live process of a process group (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        state, _, process_group = text.rsplit(")", 1)[1].split()[:3]
-        if int(process_group) == group and state != "Z":
-            found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
-    return found
 
 
 def batch_judge(server: RunningServer, requests: list[dict], timeout_s: float = 300) -> list[dict]:
