@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import processes_in_group, run_in_own_group
+from tests.support.processes import processes_left_in_group, run_in_own_group
 
 
 def leaves_a_child(pid_file: Path, then: str) -> list[str]:
@@ -19,20 +18,13 @@ def leaves_a_child(pid_file: Path, then: str) -> list[str]:
     return [sys.executable, "-c", f"{start}; subprocess.Popen(['sleep', '300']); {then}"]
 
 
-def group_is_empty(group: int) -> bool:
-    deadline = time.monotonic() + 5  # the kernel's clean-up of what was just killed
-    while processes_in_group(group) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return processes_in_group(group) == []
-
-
 def test_what_a_finished_command_left_running_is_killed(tmp_path):
     result = run_in_own_group(leaves_a_child(tmp_path / "pid", "sys.exit(3)"), 60)
     assert result.returncode == 3
-    assert group_is_empty(int((tmp_path / "pid").read_text()))
+    assert processes_left_in_group(int((tmp_path / "pid").read_text()), grace_s=5) == []
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_group(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         run_in_own_group(leaves_a_child(tmp_path / "pid", "time.sleep(30)"), 3)
-    assert group_is_empty(int((tmp_path / "pid").read_text()))
+    assert processes_left_in_group(int((tmp_path / "pid").read_text()), grace_s=5) == []

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,15 @@ def processes_in_group(group: int) -> list[str]:
         if int(process_group) == group and state != "Z":
             found.append(f"{stat.parent.name} {text.split('(', 1)[1].split(')', 1)[0]}")
     return found
+
+
+def processes_left_in_group(group: int, grace_s: float) -> list[str]:
+    """processes_in_group once it is empty, or after `grace_s` (what just exited or was killed may take the kernel a
+    moment to clean up)."""
+    deadline = time.monotonic() + grace_s
+    while processes_in_group(group) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_in_group(group)
 
 
 def kill_group(group: int) -> None:
