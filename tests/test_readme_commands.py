@@ -303,6 +303,10 @@ RUN: dict[tuple[str, str], Run | str] = {
         f"{GRPO}/README.md",
         f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-step-seeded-rollouts-seed1/val249",
     ): Run(recorded=True),
+    (
+        f"{GRPO}/README.md",
+        f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-seeded-seed1/val249",
+    ): Run(recorded=True),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("data_prep/README.md", "python -m data_prep offline --out ./data"): Run(),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
