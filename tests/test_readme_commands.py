@@ -195,6 +195,13 @@ SCALAR_JUDGE_REQUEST = (
     '$ curl -s localhost:8888/judge -H \'Content-Type: application/json\' -d \'{"prompt": "What is 2+2?", '
     '"completion": "The answer is **boxed{4}**", "answer"'
 )
+
+
+def recorded_judge_curves(readme: str, results: str, runs: tuple[str, ...]) -> dict[tuple[str, str], Run]:
+    """The recorded `python -m evaluation.judge_curves` blocks of a README, each named by the first run it plots."""
+    return {(readme, f"$ python -m evaluation.judge_curves {results}/{run}"): Run(recorded=True) for run in runs}
+
+
 # The blocks run here, by (README, start of the first line): a Run, or the test that runs it.
 RUN: dict[tuple[str, str], Run | str] = {
     ("README.md", "source .venv/bin/activate"): "test_entering_the_environment",
@@ -239,74 +246,32 @@ RUN: dict[tuple[str, str], Run | str] = {
     ),
     ("cookbooks/training_judge_model/multi-aspect/README.md", SMOLLM2_FIRST): Run(),
     ("cookbooks/training_judge_model/sft/README.md", SMOLLM2_FIRST): Run(),
-    (  # the pairwise warm starts' committed evaluations and metrics: the recorded curves must come out of them
+    # the committed evaluations, metrics and validation dumps must make the recorded curves
+    **recorded_judge_curves(
         "cookbooks/training_judge_model/sft/README.md",
-        "$ python -m evaluation.judge_curves "
-        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/better-first",
-    ): Run(recorded=True),
-    (
-        "cookbooks/training_judge_model/sft/README.md",
-        "$ python -m evaluation.judge_curves cookbooks/training_judge_model/sft/results/pairwise-warm-start/a-then-b",
-    ): Run(recorded=True),
-    (
-        "cookbooks/training_judge_model/sft/README.md",
-        "$ python -m evaluation.judge_curves "
-        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first-seed1",
-    ): Run(recorded=True),
-    (
-        "cookbooks/training_judge_model/sft/README.md",
-        "$ python -m evaluation.judge_curves "
-        "cookbooks/training_judge_model/sft/results/pairwise-warm-start/answer-first-epoch2",
-    ): Run(recorded=True),
-    (  # GRPO on the pairwise warm start: the committed validation dumps and evaluations make the recorded curves
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-lr1e-5-seed1",
-    ): Run(recorded=True),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-lr2e-6-seed1"): Run(
-        recorded=True
+        "cookbooks/training_judge_model/sft/results/pairwise-warm-start",
+        ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2"),
     ),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-paired-seed1"): Run(
-        recorded=True
-    ),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-answer-first-seed1"): Run(
-        recorded=True
-    ),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-reference-seed1"): Run(
-        recorded=True
-    ),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-answer-first-seed1"): Run(
-        recorded=True
-    ),
-    (
+    **recorded_judge_curves(
         f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-short-confident-seed1",
-    ): Run(recorded=True),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-hard-seed1/val249"): Run(
-        recorded=True
+        f"{GRPO}/results",
+        (
+            "pairwise-lr1e-5-seed1",
+            "pairwise-lr2e-6-seed1",
+            "pairwise-paired-seed1",
+            "pairwise-answer-first-seed1",
+            "pointwise-reference-seed1",
+            "pointwise-answer-first-seed1",
+            "pointwise-short-confident-seed1",
+            "pointwise-hard-seed1/val249",
+            "pointwise-hard-seed1/val ",  # the space: not the val249 block
+            "pointwise-arithmetic-working-seed1/val249",
+            "pairwise-arithmetic-working-seed1/val249",
+            "pairwise-arithmetic-drawn640-seed1/val249",
+            "pairwise-step-seeded-rollouts-seed1/val249",
+            "pointwise-seeded-seed1/val249",
+        ),
     ),
-    (f"{GRPO}/README.md", f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-hard-seed1/val "): Run(
-        recorded=True
-    ),
-    (
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-arithmetic-working-seed1/val249",
-    ): Run(recorded=True),
-    (
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-arithmetic-working-seed1/val249",
-    ): Run(recorded=True),
-    (
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-arithmetic-drawn640-seed1/val249",
-    ): Run(recorded=True),
-    (
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pairwise-step-seeded-rollouts-seed1/val249",
-    ): Run(recorded=True),
-    (
-        f"{GRPO}/README.md",
-        f"$ python -m evaluation.judge_curves {GRPO}/results/pointwise-seeded-seed1/val249",
-    ): Run(recorded=True),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
     ("data_prep/README.md", "python -m data_prep offline --out ./data"): Run(),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
