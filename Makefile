@@ -94,8 +94,8 @@ lint: setup
 		| xargs -0 $(VENV)/bin/shellcheck --external-sources --source-path=SCRIPTDIR
 
 # The whole suite: the main environment's tests (their 30 slowest listed at the end) and, beside them, the framework
-# environments' (much of their time is spent waiting on engines and servers to start and stop). Each prints its
-# output whole once it ends.
+# environments' (each one's 10 slowest listed; much of their time is spent waiting on engines and servers to start
+# and stop). Each prints its output whole once it ends.
 test: lint
 	$(MAKE) --no-print-directory --jobs=2 --output-sync=target test-main framework-test
 

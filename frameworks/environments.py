@@ -149,7 +149,8 @@ def test(env: Environment) -> int:
         "JUDGE_SERVER_PYTHON": str(python_of(env) if env.serves_judge else MAIN_PYTHON),
         "JUDGE_FRAMEWORK_ENV": env.name,
     }
-    command = [str(python_of(env)), "-m", "pytest", "-p", "no:cacheprovider", *env.tests]
+    # its slowest tests listed at the end, as `make test` lists the main environment's
+    command = [str(python_of(env)), "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *env.tests]
     return subprocess.run(command, cwd=REPO_ROOT, env=environ).returncode
 
 
