@@ -75,12 +75,16 @@ def test_a_generative_judges_engine_fits_the_models_positions(tiny_model_dir):
     assert default_max_model_len(JudgeConfig(model=str(tiny_model_dir), max_input_tokens=256), 8) == 264
 
 
-def test_the_cpu_engine_gets_every_core_unless_the_user_chose():
+def test_the_cpu_engine_gets_every_core_and_a_readable_compile_cache_unless_the_user_chose():
     assert cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     added = engine_environment({})
+    assert added["VLLM_USE_AOT_COMPILE"] == "0"
+    assert "VLLM_USE_AOT_COMPILE" not in engine_environment({"VLLM_USE_AOT_COMPILE": "1"})
     assert added["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and added["OMP_NUM_THREADS"] == "1"
     assert added["VLLM_CPU_OMP_THREADS_BIND"] == cpu_list(os.sched_getaffinity(0))
-    assert engine_environment({"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}) == {}
+    assert engine_environment({"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}) == {
+        "VLLM_USE_AOT_COMPILE": "0"
+    }
     assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_environment({"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
 
 

