@@ -75,7 +75,7 @@ def test_a_generative_judges_engine_fits_the_models_positions(tiny_model_dir):
     assert default_max_model_len(JudgeConfig(model=str(tiny_model_dir), max_input_tokens=256), 8) == 264
 
 
-def test_the_cpu_engine_gets_every_core_and_a_readable_compile_cache_unless_the_user_chose():
+def test_the_cpu_engine_gets_every_core_and_no_aot_compile_cache_unless_the_user_chose():
     assert cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     added = engine_environment({})
     assert added["VLLM_USE_AOT_COMPILE"] == "0"
