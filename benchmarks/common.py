@@ -3,6 +3,7 @@ files."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -175,3 +176,24 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def add_scalar_judge_options(parser: argparse.ArgumentParser) -> None:
+    """--judge DIR or --base-model DIR, one of them required: the scalar judge a benchmark serves."""
+    judge = parser.add_mutually_exclusive_group(required=True)
+    judge.add_argument("--judge", type=Path, help="the scalar judge's directory (e.g. make demo's runs/demo/bt/hf)")
+    judge.add_argument("--base-model", type=Path, help="an HF causal LM: the judge is built from it with a fresh head")
+
+
+def scalar_judge_dir(args: argparse.Namespace, workdir: Path) -> Path:
+    """--judge, or a Bradley-Terry judge built in `workdir` from --base-model with a fresh head."""
+    if args.judge is not None:
+        return args.judge
+    from tests.support.models import build_scalar_judge
+
+    return build_scalar_judge(args.base_model, workdir / "judge")
+
+
+def scalar_judge_name(args: argparse.Namespace) -> str:
+    """The judge as the results name it."""
+    return str(args.judge or f"{args.base_model} with a fresh head")
