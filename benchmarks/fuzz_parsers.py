@@ -3,8 +3,9 @@
 
 Properties, for any input:
 - parse_pointwise / parse_pairwise never raise; a Judgement is either ok with a value in range (an int in
-  0..4; "A" or "B") or not ok with no value and a reason; has_think is a bool. A non-text input is a
-  format failure, not an exception. A well-formed answer parses to exactly the value it holds.
+  0..4; "A" or "B", and "tie" where the parser is given PAIRWISE_VERDICTS) or not ok with no value and a
+  reason; has_think is a bool. A non-text input is a format failure, not an exception. A well-formed answer
+  parses to exactly the value it holds.
 - compute_pointwise_score / compute_pairwise_score return the REWARD_KEYS, each a float; a malformed answer
   gets FORMAT_FAILURE_REWARD, a well-formed one a score in [-MISSING_THINK_PENALTY, 1] (the exact closeness
   when the answer was built well-formed); a ground truth that is not a valid label raises ValueError and
@@ -33,6 +34,8 @@ ANSWER_PIECES = [
     "<think></think>",
     "<score>4</score>",
     "<better>A</better>",
+    "<better>tie</better>",
+    "tie",
     "A",
     "B",
     "C",
@@ -196,6 +199,10 @@ def parser_targets(
     parse_pairwise: Callable = templates.parse_pairwise,
 ) -> dict[str, tuple]:
     """name -> (strategy, check) of every fuzzed function; the parsers can be swapped (tests use broken ones)."""
+
+    def parse_pairwise_with_ties(text):
+        return parse_pairwise(text, templates.PAIRWISE_VERDICTS)
+
     return {
         "parse_pointwise": (parser_inputs("score", SCORES), parser_check(parse_pointwise, set(SCORES), "score")),
         "parse_pairwise": (
@@ -206,13 +213,17 @@ def parser_targets(
             reward_inputs("score", SCORES, st.sampled_from(SCORES).map(templates.pointwise_ground_truth)),
             reward_check(grpo_rewards.compute_pointwise_score, templates.parse_pointwise, pointwise_closeness),
         ),
+        "parse_pairwise with ties": (
+            parser_inputs("better", templates.PAIRWISE_VERDICTS),
+            parser_check(parse_pairwise_with_ties, set(templates.PAIRWISE_VERDICTS), "better"),
+        ),
         "compute_pairwise_score": (
             reward_inputs(
                 "better",
-                templates.PAIRWISE_CHOICES,
-                st.sampled_from(templates.PAIRWISE_CHOICES).map(templates.pairwise_ground_truth),
+                templates.PAIRWISE_VERDICTS,
+                st.sampled_from(templates.PAIRWISE_VERDICTS).map(templates.pairwise_ground_truth),
             ),
-            reward_check(grpo_rewards.compute_pairwise_score, templates.parse_pairwise, pairwise_closeness),
+            reward_check(grpo_rewards.compute_pairwise_score, parse_pairwise_with_ties, pairwise_closeness),
         ),
     }
 

@@ -88,6 +88,13 @@ class OfflineConfig:
         "judge computes from the operands it has just written instead of recalling the result (the other files are "
         "unchanged)",
     )
+    pairwise_tie_share: float | None = option(
+        None,
+        "share of the pairwise rows (grpo/pairwise, sft_judge_pairwise) that compare two correct answers to a "
+        "question, phrased differently, with the verdict tie; every pairwise prompt then offers "
+        "<better>tie</better>, so that a judge need not split two equal responses by their position (the other "
+        "files are unchanged); unset: no ties",
+    )
     confident_share: float | None = option(
         None,
         "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
@@ -120,6 +127,8 @@ class OfflineConfig:
                 "--arithmetic-working needs --pointwise-answer-first or --pairwise-answer-first: "
                 "it writes out that correct answer"
             )
+        if self.pairwise_tie_share is not None and not 0 < self.pairwise_tie_share < 1:
+            raise UsageError(f"--pairwise-tie-share must be above 0 and below 1, not {self.pairwise_tie_share}")
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
 
@@ -405,12 +414,18 @@ def _add_split(
         for e, drawn in zip(examples, positions, strict=True)
         for good_is_a in ((drawn, not drawn) if options.both_orders else (drawn,))
     ]
+    ties = options.pairwise_tie_share is not None
+    tied = _tied(examples, len(ordered), options, random.Random(f"{options.seed}/{split}/ties"))
     summary.add_split(
         outputs.PAIRWISE,
         split,
         [
-            outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin)
+            outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin, ties)
             for e, chosen_is_a in ordered
+        ]
+        + [
+            outputs.pairwise_verdict_row(DATA_SOURCE_PAIRWISE, e.question, a, b, templates.PAIRWISE_TIE, e.origin, ties)
+            for e, a, b in tied
         ],
     )
     summary.add_split(
@@ -418,11 +433,40 @@ def _add_split(
         split,
         [
             outputs.judge_sft_row(
-                templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good))),
+                templates.pairwise_messages(
+                    e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good)), ties
+                ),
                 offline_labels.pairwise_answer(
                     good_is_a, e.fact.answer, e.wrong, options.pairwise_answer_first, working(e)
                 ),
             )
             for e, good_is_a in ordered
+        ]
+        + [
+            outputs.judge_sft_row(
+                templates.pairwise_messages(e.question, a, b, ties),
+                offline_labels.pairwise_tie_answer(e.fact.answer, options.pairwise_answer_first, working(e)),
+            )
+            for e, a, b in tied
         ],
     )
+
+
+def _tied(
+    examples: list[Example], untied_rows: int, options: OfflineConfig, rng: random.Random
+) -> list[tuple[Example, str, str]]:
+    """The tie rows that make `pairwise_tie_share` of the pairwise rows: each a drawn example's good answer against
+    a correct answer in another phrasing (the eval's reference answer), in a drawn order, A and B balanced."""
+    share = options.pairwise_tie_share
+    if share is None:
+        return []
+    count = round(share * untied_rows / (1 - share))
+    if count > len(examples):
+        raise UsageError(
+            f"--pairwise-tie-share {share} needs {count} tie rows, "
+            f"more than the {len(examples)} pairs to draw them from"
+        )
+    drawn = rng.sample(examples, count)
+    positions = outputs.balanced_positions(count, rng)
+    pairs = [(e.good, reference_answer(e.fact, e.phrasing)) for e in drawn]
+    return [(e, *(pair if is_a else pair[::-1])) for e, pair, is_a in zip(drawn, pairs, positions, strict=True)]

@@ -8,6 +8,7 @@ The grades are those of `offline.graded_response`: 4 correct, 3 correct but need
 from __future__ import annotations
 
 from data_prep.outputs import ATTRIBUTE_NAMES
+from judge_rewards.protocol.templates import PAIRWISE_TIE
 
 
 def _think(reasoning: str) -> str:
@@ -79,12 +80,21 @@ def pairwise_answer(
     `working` (with `answer_first`): how that answer is worked out, written before it."""
     good = "A" if good_is_a else "B"
     said = {letter: (answer, "correct") if letter == good else (wrong, "wrong") for letter in ("A", "B")}
-    reasoning = "; ".join(
-        f"Response {letter} says {value}, which is {verdict}" for letter, (value, verdict) in said.items()
-    )
+    return _pairwise_answer(said, good, answer, answer_first, working)
+
+
+def pairwise_tie_answer(answer: str, answer_first: bool = False, working: str | None = None) -> str:
+    """A pairwise judge's answer to two correct statements of the same fact: both right, so the verdict is tie
+    (`answer_first` and `working` as in `pairwise_answer`)."""
+    said = {letter: (answer, "correct") for letter in ("A", "B")}
+    return _pairwise_answer(said, PAIRWISE_TIE, answer, answer_first, working)
+
+
+def _pairwise_answer(said: dict, verdict: str, answer: str, answer_first: bool, working: str | None) -> str:
+    reasoning = "; ".join(f"Response {letter} says {value}, which is {word}" for letter, (value, word) in said.items())
     if answer_first:
         reasoning = f"{_value_stated(VALUE_FIRST_OPENINGS['answer'][0], answer, working)}; {reasoning}"
-    return _think(reasoning + ".") + f"<better>{good}</better>"
+    return _think(reasoning + ".") + f"<better>{verdict}</better>"
 
 
 # Synthetic attribute rules (data_prep/README.md explains them); keys are the grades.

@@ -160,13 +160,33 @@ def pointwise_row(
 
 
 def pairwise_row(
-    data_source: str, prompt: templates.Conversation, chosen: str, rejected: str, chosen_is_a: bool, origin: RowOrigin
+    data_source: str,
+    prompt: templates.Conversation,
+    chosen: str,
+    rejected: str,
+    chosen_is_a: bool,
+    origin: RowOrigin,
+    ties: bool = False,
 ) -> dict:
+    """A pairwise GRPO row; with `ties` its prompt offers the verdict tie."""
     a, b = (chosen, rejected) if chosen_is_a else (rejected, chosen)
+    return pairwise_verdict_row(data_source, prompt, a, b, "A" if chosen_is_a else "B", origin, ties)
+
+
+def pairwise_verdict_row(
+    data_source: str,
+    prompt: templates.Conversation,
+    response_a: str,
+    response_b: str,
+    better: str,
+    origin: RowOrigin,
+    ties: bool = False,
+) -> dict:
+    """A pairwise GRPO row whose label is `better`: A, B or (with `ties`) tie."""
     return _grpo_row(
         data_source,
-        templates.pairwise_messages(prompt, a, b),
-        templates.pairwise_ground_truth("A" if chosen_is_a else "B"),
+        templates.pairwise_messages(prompt, response_a, response_b, ties),
+        templates.pairwise_ground_truth(better),
         origin,
     )
 

@@ -2,9 +2,9 @@
 validation prompt with its `input`, the greedy `output`, its ground truth `gts` and the reward's keys), read per
 step: the accuracy and the format failures (the reward's `accuracy` and `format_ok` keys), and for a pairwise
 judge validated on both orders of its pairs (`data_prep offline --both-orders`) the position consistency: the
-share of pairs whose two verdicts name the same response, of those whose two verdicts parse. The two orders of a
-pair are found by their prompts (judge_rewards.protocol.templates.split_pairwise_prompt); a pairwise row whose
-other order is not in the file is counted as unpaired, never dropped unseen.
+share of pairs whose two verdicts name the same response (or are both tie), of those whose two verdicts parse.
+The two orders of a pair are found by their prompts (judge_rewards.protocol.templates.split_pairwise_prompt); a
+pairwise row whose other order is not in the file is counted as unpaired, never dropped unseen.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def read_step(path: Path) -> ValidationPoint:
             unpaired += 1
             continue
         before, response_a, response_b = split
-        judgement = templates.parse_pairwise(row["output"])
+        allowed = templates.pairwise_verdicts(templates.offers_tie(row["input"]))
+        judgement = templates.parse_pairwise(row["output"], allowed)
         swapped = response_a > response_b
         key = (before, *sorted((response_a, response_b)))
         orders[key].append((swapped, judgement.value if judgement.ok else None))
@@ -74,7 +75,7 @@ def read_step(path: Path) -> ValidationPoint:
         (_, first), (_, second) = verdicts
         if first is not None and second is not None:
             pairs += 1
-            agreeing += first != second  # A in one order and B in the other name the same response
+            agreeing += second == templates.verdict_in_other_order(first)
     return ValidationPoint(
         rows=len(rows),
         accuracy=statistics.fmean(float(row["accuracy"]) for row in rows),

@@ -8,7 +8,8 @@ The judge's answer is parsed by `judge_rewards.protocol.templates` (strict: one 
 prediction. A well-formed answer earns its closeness to the label, in [0, 1]:
 
     pointwise   1 - |predicted - label| / 4     exact 1.0, off by one 0.75, ... off by four 0.0
-    pairwise    1.0 for the right letter, 0.0 for the wrong one
+    pairwise    1.0 for the right verdict, 0.0 for another (A, B, or tie: a tie is a verdict, right against
+                a tie label only)
 
 minus MISSING_THINK_PENALTY when it does not start with one well-formed <think>..</think> block
 (`Judgement.has_think`: a bare </think> ends the reasoning but earns nothing). The penalty is smaller than one
@@ -39,9 +40,10 @@ def compute_pointwise_score(data_source, solution_str, ground_truth, extra_info=
 
 
 def compute_pairwise_score(data_source, solution_str, ground_truth, extra_info=None) -> dict:
-    """Reward of a `<think>..</think><better>A|B</better>` answer against a `{"better": letter}` ground truth."""
+    """Reward of a `<think>..</think><better>A|B|tie</better>` answer against a `{"better": verdict}` ground
+    truth."""
     label = _label(ground_truth, "better")
-    judgement = templates.parse_pairwise(solution_str)
+    judgement = templates.parse_pairwise(solution_str, templates.PAIRWISE_VERDICTS)
     if not judgement.ok:
         return _format_failure(judgement)
     return _graded(judgement, closeness=1.0 if judgement.value == label else 0.0)

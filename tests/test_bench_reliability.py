@@ -25,7 +25,13 @@ LIMITS = ApiLimits()
 
 def test_the_parsers_and_reward_functions_keep_their_properties():
     results = fuzz_parsers(examples=120, seed=0)
-    assert set(results) == {"parse_pointwise", "parse_pairwise", "compute_pointwise_score", "compute_pairwise_score"}
+    assert set(results) == {
+        "parse_pointwise",
+        "parse_pairwise",
+        "parse_pairwise with ties",
+        "compute_pointwise_score",
+        "compute_pairwise_score",
+    }
     for name, run in results.items():
         assert run["inputs_tried"] == 120, name
         assert run["violations"] == 0, (name, run["violation_examples"])

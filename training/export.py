@@ -247,8 +247,14 @@ def export_causal_lm(
         shutil.copy(generation_config, staging / generation_config.name)
     record = _trained_with(checkpoint, trained_with)
     if as_judge:
-        reference = reference_in_prompts(record.get("train_file")) if prompt_format == "pointwise" else None
-        spec = JudgeSpec("generative", prompt_format=prompt_format, reference_in_prompts=reference, trained_with=record)
+        pointwise, train_file = prompt_format == "pointwise", record.get("train_file")
+        spec = JudgeSpec(
+            "generative",
+            prompt_format=prompt_format,
+            reference_in_prompts=every_prompt(train_file, templates.shows_reference) if pointwise else None,
+            pairwise_ties=None if pointwise else every_prompt(train_file, _offers_tie),
+            trained_with=record,
+        )
         spec.save(staging)
     else:
         (staging / EXPORT_RECORD_FILE).write_text(json.dumps({"trained_with": record}, indent=2) + "\n")
@@ -256,9 +262,14 @@ def export_causal_lm(
     return out_dir
 
 
-def reference_in_prompts(train_file: str | None) -> bool | None:
-    """Whether the pointwise judge prompts of a parquet `train_file` (SFT `messages` or RL `prompt`) show a
-    reference answer: True if every one does, False if none does, None if some do or the file has none here."""
+def _offers_tie(messages) -> bool:
+    return any(templates.offers_tie(m["content"]) for m in messages if m["role"] == "user")
+
+
+def every_prompt(train_file: str | None, holds) -> bool | None:
+    """Whether the judge prompts of a parquet `train_file` (SFT `messages` or RL `prompt`) each `holds` (a test
+    of a message list; for example, shows a reference answer): True if every one does, False if none does, None
+    if some do or the file has none here."""
     if not train_file or not Path(train_file).is_file() or not train_file.endswith(".parquet"):
         return None
     import pyarrow.parquet as pq  # not in vLLM's serving environment, whose tests export without a train file
@@ -268,8 +279,8 @@ def reference_in_prompts(train_file: str | None) -> bool | None:
     if column is None:
         return None
     conversations = pq.read_table(train_file, columns=[column]).column(column).to_pylist()
-    shown = {templates.shows_reference(messages) for messages in conversations}
-    return shown.pop() if len(shown) == 1 else None
+    found = {holds(messages) for messages in conversations}
+    return found.pop() if len(found) == 1 else None
 
 
 # --- scalar (Bradley-Terry) --------------------------------------------------------------------------

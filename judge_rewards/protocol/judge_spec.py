@@ -14,7 +14,8 @@ it to know how to prompt the model and how to map its output to a score in [0, 1
   error, never a score. `reference_in_prompts` says whether it learned to read a reference answer.
   A pairwise judge compares two answers (<better>A|B</better>): the server asks it about
   a /judge request's completion against the request's reference `answer`, in both orders, and answers
-  /compare with it.
+  /compare with it. `pairwise_ties` says whether its prompts offered the verdict tie (<better>tie</better>),
+  worth half to each response.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class JudgeSpec:
     # Pointwise judges: whether every training prompt showed a reference answer (false: none did; null: unknown,
     # or some did). The judge server serves a true one only with --reference-from-answer, a false one only without.
     reference_in_prompts: bool | None = None
+    # Pairwise judges: whether every training prompt offered the verdict tie (false: none did; null: unknown, or
+    # some did). The judge server offers the tie exactly when this is true.
+    pairwise_ties: bool | None = None
     attributes: list[str] = field(default_factory=list)  # scalar judges with one output per attribute
     attribute_weights: dict[str, float] = field(default_factory=dict)  # the score's weight of each attribute
     trained_with: dict = field(default_factory=dict)
@@ -94,6 +98,10 @@ class JudgeSpec:
             raise ValueError(f"reference_in_prompts must be true, false or null, got {self.reference_in_prompts!r}")
         if self.reference_in_prompts is not None and (self.kind, self.prompt_format) != ("generative", "pointwise"):
             raise ValueError("reference_in_prompts is for pointwise generative judges")
+        if not (self.pairwise_ties is None or isinstance(self.pairwise_ties, bool)):
+            raise ValueError(f"pairwise_ties must be true, false or null, got {self.pairwise_ties!r}")
+        if self.pairwise_ties is not None and (self.kind, self.prompt_format) != ("generative", "pairwise"):
+            raise ValueError("pairwise_ties is for pairwise generative judges")
         if not self.reward_scale > 0:
             raise ValueError(f"reward_scale must be positive, got {self.reward_scale}")
         self._check_attributes()

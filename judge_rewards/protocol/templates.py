@@ -5,14 +5,15 @@ here, so a judge is prompted at serving time exactly as it was during training.
 
 Answer formats:
   pointwise  <think>reasoning</think><score>N</score>    N an integer in 0..4
-  pairwise   <think>reasoning</think><better>A</better>  A or B
+  pairwise   <think>reasoning</think><better>A</better>  A or B; also tie where the prompt offers it
 
 Parsing is strict on purpose (a GRPO policy learns to exploit any leniency): the answer tag is looked
 for only after the last ``</think>``, exactly one answer tag (one opening, one closing) must be there,
 and its content, less surrounding ASCII whitespace, must be a valid value written in ASCII: a score is
 one of the digits 0..4 (no sign, no leading zero, no other script's digits), a verdict the capital
-letter A or B. A ``<think>`` left open after the last ``</think>`` is a failure too. Anything else is a
-format failure with a reason, never a guessed prediction.
+letter A or B, or the word tie where the parser is told that a tie is a verdict. A ``<think>`` left open
+after the last ``</think>`` is a failure too. Anything else is a format failure with a reason, never a
+guessed prediction.
 
 The reasoning counts (``has_think``) only as one well-formed block: the answer starts, after
 whitespace, with ``<think>`` and the reasoning holds no other think tag up to its ``</think>``. A bare
@@ -32,6 +33,8 @@ Conversation = str | Sequence[Message]
 MIN_SCORE = 0
 MAX_SCORE = 4
 PAIRWISE_CHOICES = ("A", "B")
+PAIRWISE_TIE = "tie"
+PAIRWISE_VERDICTS = (*PAIRWISE_CHOICES, PAIRWISE_TIE)  # of a judge whose prompt offers the tie
 POINTWISE_TAG = "score"
 PAIRWISE_TAG = "better"
 POINTWISE_VALUES = tuple(str(score) for score in range(MIN_SCORE, MAX_SCORE + 1))  # the answer texts of the scores
@@ -57,6 +60,10 @@ _RESPONSE_A_HEADING, _RESPONSE_B_HEADING = "## Response A\n", "## Response B\n"
 PAIRWISE_ANSWER_FORMAT = (
     "First reason step by step inside <think></think>, then name the better response as "
     "<better>A</better> or <better>B</better>."
+)
+PAIRWISE_TIE_ANSWER_FORMAT = (
+    "First reason step by step inside <think></think>, then name the better response as "
+    "<better>A</better> or <better>B</better>, or write <better>tie</better> when neither is better."
 )
 
 
@@ -107,23 +114,41 @@ def pointwise_messages(prompt: Conversation, response: str, reference: str | Non
     return [{"role": "user", "content": "\n\n".join(parts)}]
 
 
-def pairwise_messages(prompt: Conversation, response_a: str, response_b: str) -> list[Message]:
-    """Chat messages that ask a generative judge which of two responses is better."""
+def pairwise_messages(prompt: Conversation, response_a: str, response_b: str, ties: bool = False) -> list[Message]:
+    """Chat messages that ask a generative judge which of two responses is better; with `ties`, the answer
+    format also offers the verdict tie."""
     parts = [
         PAIRWISE_INSTRUCTIONS,
         "## Conversation\n" + render_transcript(as_messages(prompt)),
         _RESPONSE_A_HEADING + response_a,
         _RESPONSE_B_HEADING + response_b,
-        PAIRWISE_ANSWER_FORMAT,
+        PAIRWISE_TIE_ANSWER_FORMAT if ties else PAIRWISE_ANSWER_FORMAT,
     ]
     return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def offers_tie(text: str) -> bool:
+    """Whether a text that holds a pairwise judge prompt (a message content, or the prompt as a chat template
+    renders it) offers the verdict tie."""
+    return f"\n\n{PAIRWISE_TIE_ANSWER_FORMAT}" in text
+
+
+def pairwise_verdicts(ties: bool) -> tuple[str, ...]:
+    """The verdicts of a pairwise judge whose prompt offers the tie (`ties`) or does not."""
+    return PAIRWISE_VERDICTS if ties else PAIRWISE_CHOICES
+
+
+def verdict_in_other_order(verdict: str) -> str:
+    """The verdict that names the same response, or the tie, with the two responses swapped."""
+    return {"A": "B", "B": "A"}.get(verdict, verdict)
 
 
 def split_pairwise_prompt(text: str) -> tuple[str, str, str] | None:
     """What comes before response A, response A and response B in a text that holds one pairwise judge prompt
     (its message content, or the prompt as a chat template renders it). None when the text holds none, or holds
     a heading or the answer format more than once: a quoted one would make the split ambiguous."""
-    markers = ["\n\n" + part for part in (_RESPONSE_A_HEADING, _RESPONSE_B_HEADING, PAIRWISE_ANSWER_FORMAT)]
+    answer_format = PAIRWISE_TIE_ANSWER_FORMAT if offers_tie(text) else PAIRWISE_ANSWER_FORMAT
+    markers = ["\n\n" + part for part in (_RESPONSE_A_HEADING, _RESPONSE_B_HEADING, answer_format)]
     if any(text.count(marker) != 1 for marker in markers):
         return None
     a_start, b_start, end = (text.index(marker) for marker in markers)
@@ -210,10 +235,13 @@ def _score_value(content: str) -> tuple[int | None, str | None]:
     return int(content), None
 
 
-def _better_value(content: str) -> tuple[str | None, str | None]:
-    if content not in PAIRWISE_CHOICES:
-        return None, f"better {content[:40]!r} is not one of {PAIRWISE_CHOICES}"
-    return content, None
+def _better_value(verdicts: Sequence[str]):
+    def read(content: str) -> tuple[str | None, str | None]:
+        if content not in verdicts:
+            return None, f"better {content[:40]!r} is not one of {tuple(verdicts)}"
+        return content, None
+
+    return read
 
 
 def parse_pointwise(text: str) -> Judgement:
@@ -221,9 +249,10 @@ def parse_pointwise(text: str) -> Judgement:
     return _parse(text, POINTWISE_TAG, _score_value)
 
 
-def parse_pairwise(text: str) -> Judgement:
-    """Parse `<think>..</think><better>A|B</better>`: the ASCII capital A or B."""
-    return _parse(text, PAIRWISE_TAG, _better_value)
+def parse_pairwise(text: str, verdicts: Sequence[str] = PAIRWISE_CHOICES) -> Judgement:
+    """Parse `<think>..</think><better>A|B</better>`: the ASCII capital A or B, or another of `verdicts`
+    (PAIRWISE_VERDICTS: also tie)."""
+    return _parse(text, PAIRWISE_TAG, _better_value(verdicts))
 
 
 def answer_value_offset(text: str, tag: str) -> int:
@@ -253,9 +282,9 @@ def pointwise_ground_truth(score: int) -> str:
 
 
 def pairwise_ground_truth(better: str) -> str:
-    """The `reward_model.ground_truth` of a pairwise GRPO row."""
-    if better not in PAIRWISE_CHOICES:
-        raise ValueError(f"pairwise label {better!r} is not one of {PAIRWISE_CHOICES}")
+    """The `reward_model.ground_truth` of a pairwise GRPO row: A, B or tie."""
+    if better not in PAIRWISE_VERDICTS:
+        raise ValueError(f"pairwise label {better!r} is not one of {PAIRWISE_VERDICTS}")
     return json.dumps({"better": better})
 
 

@@ -62,7 +62,7 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
     if spec.prompt_format == "pairwise":
         from .pairwise import PairwiseJudge
 
-        return PairwiseJudge(config)
+        return PairwiseJudge(config, ties=spec.pairwise_ties is True)
     _check_reference_use(config, spec)
     from .generative import GenerativeJudge
 

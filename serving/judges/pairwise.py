@@ -4,8 +4,10 @@
 Every comparison is judged in both orders (the first response as A, then as B) in the same batched generation,
 so that a preference for a position cancels out. The score is the probability that the first response is better,
 averaged over the two orders: with --score-mode expected the judge's probability of its letter (renormalized over
-A and B), with --score-mode sample 1 or 0 by the letter generated. /judge compares the completion with the
-reference `answer`; /compare compares response_a with response_b.
+A and B), with --score-mode sample 1 or 0 by the letter generated. A judge trained with the verdict tie
+(judge.json: pairwise_ties) is offered it, and a tie is worth half: its probability counts half (renormalized over
+A, B and tie), a sampled tie scores 0.5. /judge compares the completion with the reference `answer`; /compare
+compares response_a with response_b.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ Comparison = tuple[templates.Conversation, str, str]  # (prompt, first response,
 
 
 class PairwiseJudge(GeneratingJudge):
-    def __init__(self, config: JudgeConfig):
-        super().__init__(config, "pairwise", templates.PAIRWISE_TAG, templates.PAIRWISE_CHOICES, reads_answer=True)
+    def __init__(self, config: JudgeConfig, ties: bool = False):
+        self._ties = ties
+        self._verdicts = templates.pairwise_verdicts(ties)
+        super().__init__(config, "pairwise", templates.PAIRWISE_TAG, self._verdicts, reads_answer=True)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """The probability that each completion is better than its request's reference `answer`."""
@@ -46,22 +50,22 @@ class PairwiseJudge(GeneratingJudge):
         """One verdict per comparison, named `names` (first response, second response) in the metadata."""
         conversations = []
         for prompt, first, second in comparisons:
-            conversations += [templates.pairwise_messages(prompt, first, second)]
-            conversations += [templates.pairwise_messages(prompt, second, first)]
+            conversations += [templates.pairwise_messages(prompt, first, second, self._ties)]
+            conversations += [templates.pairwise_messages(prompt, second, first, self._ties)]
         results = self._generate(conversations)
         return [self._verdict(results[2 * i : 2 * i + 2], names) for i in range(len(comparisons))]
 
     def _verdict(self, orders: list, names: tuple[str, str]) -> Verdict:
         answers: list[Answer] = []
         for letter, result in zip(FIRST_RESPONSE_LETTERS, orders, strict=True):
-            answer = result if isinstance(result, Verdict) else self._read(result, templates.parse_pairwise)
+            answer = result if isinstance(result, Verdict) else self._read(result, self._parse)
             if isinstance(answer, Verdict):
                 order = f"the {names[0]} as response {letter}"
                 return Verdict.failed(f"judging {order}: {answer.error}", order=order, **answer.metadata)
             answers.append(answer)
         shown = list(zip(answers, FIRST_RESPONSE_LETTERS, strict=True))  # each order's answer, first response's letter
         order_scores = [_first_response_probability(answer, letter) for answer, letter in shown]
-        verdicts = [names[0] if answer.value == letter else names[1] for answer, letter in shown]
+        verdicts = [_named(answer.value, letter, names) for answer, letter in shown]
         explanation = "\n\n".join(f"[{names[0]} as {letter}] {answer.reasoning}" for answer, letter in shown)
         metadata = {
             "order_scores": order_scores,
@@ -72,10 +76,20 @@ class PairwiseJudge(GeneratingJudge):
         }
         return Verdict(sum(order_scores) / len(order_scores), explanation, metadata)
 
+    def _parse(self, text: str) -> templates.Judgement:
+        return templates.parse_pairwise(text, self._verdicts)
+
+
+def _named(verdict: str, letter: str, names: tuple[str, str]) -> str:
+    """The name of the response a verdict calls better, the first response being shown as `letter`; or tie."""
+    if verdict == templates.PAIRWISE_TIE:
+        return templates.PAIRWISE_TIE
+    return names[0] if verdict == letter else names[1]
+
 
 def _first_response_probability(answer: Answer, letter: str) -> float:
-    """How likely the judge found the response shown as `letter` the better one: its probability of the letter
-    (expected mode), else 1 or 0 by the letter it generated."""
+    """How likely the judge found the response shown as `letter` the better one, a tie counting half: its
+    probabilities of the letter and of the tie (expected mode), else 1, 0.5 or 0 by the verdict it generated."""
     if answer.probabilities is None:
-        return float(answer.value == letter)
-    return answer.probabilities[letter]
+        return {letter: 1.0, templates.PAIRWISE_TIE: 0.5}.get(answer.value, 0.0)
+    return answer.probabilities[letter] + 0.5 * answer.probabilities.get(templates.PAIRWISE_TIE, 0.0)
