@@ -250,7 +250,7 @@ RUN: dict[tuple[str, str], Run | str] = {
     **recorded_judge_curves(
         "cookbooks/training_judge_model/sft/README.md",
         "cookbooks/training_judge_model/sft/results/pairwise-warm-start",
-        ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2"),
+        ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2", "ties-seed1"),
     ),
     **recorded_judge_curves(
         f"{GRPO}/README.md",
