@@ -139,6 +139,11 @@ class OfflineConfig:
             return "reference"
         return "answer" if self.pointwise_answer_first else None
 
+    @property
+    def pairwise_ties(self) -> bool:
+        """Whether the pairwise prompts offer the verdict tie (some of their rows are ties)."""
+        return self.pairwise_tie_share is not None
+
 
 @dataclass(frozen=True)
 class Example:
@@ -414,8 +419,8 @@ def _add_split(
         for e, drawn in zip(examples, positions, strict=True)
         for good_is_a in ((drawn, not drawn) if options.both_orders else (drawn,))
     ]
-    ties = options.pairwise_tie_share is not None
-    tied = _tied(examples, len(ordered), options, random.Random(f"{options.seed}/{split}/ties"))
+    ties = options.pairwise_ties
+    tied = _tied(examples, len(ordered), options.pairwise_tie_share, random.Random(f"{options.seed}/{split}/ties"))
     summary.add_split(
         outputs.PAIRWISE,
         split,
@@ -453,11 +458,11 @@ def _add_split(
 
 
 def _tied(
-    examples: list[Example], untied_rows: int, options: OfflineConfig, rng: random.Random
+    examples: list[Example], untied_rows: int, share: float | None, rng: random.Random
 ) -> list[tuple[Example, str, str]]:
-    """The tie rows that make `pairwise_tie_share` of the pairwise rows: each a drawn example's good answer against
-    a correct answer in another phrasing (the eval's reference answer), in a drawn order, A and B balanced."""
-    share = options.pairwise_tie_share
+    """The tie rows that make `share` of the pairwise rows (none if None): each a drawn example's good answer
+    against a correct answer in another phrasing (the eval's reference answer), in a drawn order, A and B
+    balanced."""
     if share is None:
         return []
     count = round(share * untied_rows / (1 - share))

@@ -38,6 +38,7 @@ def test_a_prompt_offers_the_tie_only_when_asked_and_still_splits_into_its_respo
     offered, plain = tie_messages()[0]["content"], templates.pairwise_messages(QUESTION, "It is 4.", "Four.")[0]
     assert offered.endswith(templates.PAIRWISE_TIE_ANSWER_FORMAT) and templates.offers_tie(offered)
     assert not templates.offers_tie(plain["content"])
+    assert templates.prompt_offers_tie(tie_messages()) and not templates.prompt_offers_tie([plain])
     assert templates.split_pairwise_prompt(offered)[1:] == ("It is 4.", "Four.")
 
 
@@ -84,7 +85,7 @@ def test_the_tie_share_adds_tie_rows_and_offers_the_tie_in_every_pairwise_prompt
             before, after = (read(out, outputs.split_file(dataset, split)) for out in (plain, tied))
             assert round(0.2 * len(after)) == len(after) - len(before) == round(0.25 * len(before))
             assert without_tie_offer(after[: len(before)], column) == without_tie_offer(before, column)
-            assert all(templates.offers_tie(row[column][0]["content"]) for row in after)
+            assert all(templates.prompt_offers_tie(row[column]) for row in after)
 
 
 @pytest.mark.parametrize("split", outputs.SPLITS)

@@ -252,7 +252,7 @@ def export_causal_lm(
             "generative",
             prompt_format=prompt_format,
             reference_in_prompts=every_prompt(train_file, templates.shows_reference) if pointwise else None,
-            pairwise_ties=None if pointwise else every_prompt(train_file, _offers_tie),
+            pairwise_ties=None if pointwise else every_prompt(train_file, templates.prompt_offers_tie),
             trained_with=record,
         )
         spec.save(staging)
@@ -260,10 +260,6 @@ def export_causal_lm(
         (staging / EXPORT_RECORD_FILE).write_text(json.dumps({"trained_with": record}, indent=2) + "\n")
     _replace_dir(staging, out_dir)
     return out_dir
-
-
-def _offers_tie(messages) -> bool:
-    return any(templates.offers_tie(m["content"]) for m in messages if m["role"] == "user")
 
 
 def every_prompt(train_file: str | None, holds) -> bool | None:

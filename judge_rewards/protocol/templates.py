@@ -133,6 +133,11 @@ def offers_tie(text: str) -> bool:
     return f"\n\n{PAIRWISE_TIE_ANSWER_FORMAT}" in text
 
 
+def prompt_offers_tie(messages: Sequence[Message]) -> bool:
+    """Whether a pairwise judge prompt (a user message of `messages`) offers the verdict tie."""
+    return any(offers_tie(m["content"]) for m in messages if m["role"] == "user")
+
+
 def pairwise_verdicts(ties: bool) -> tuple[str, ...]:
     """The verdicts of a pairwise judge whose prompt offers the tie (`ties`) or does not."""
     return PAIRWISE_VERDICTS if ties else PAIRWISE_CHOICES
