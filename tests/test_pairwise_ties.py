@@ -20,8 +20,10 @@ from judge_rewards.protocol import templates
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from tests.support.models import verl_checkpoint
+from tests.support.servers import start_server
 from tests.test_data_prep_offline import QUESTIONS, SMALL, question_in, read
 from tests.test_serving_generative import EOS, build_script_judge
+from tests.test_serving_group import judge_group, openrlhf_sample, post_concurrently
 from tests.test_verl_validation import as_decoded, dump
 from training import export
 
@@ -184,6 +186,20 @@ def test_a_judge_without_ties_in_its_judge_json_is_not_offered_the_tie(tie_judge
     finally:
         (tie_judge_dir / "judge.json").write_text(json.dumps(spec))
     assert verdict.score is None and "unparsable judge answer" in verdict.error
+
+
+@pytest.mark.e2e
+def test_a_tie_judges_group_rewards_split_every_comparison_and_its_orders_agree(tie_judge_dir, tmp_path):
+    """/judge_group (all pairs) and OpenRLHF's gathered groups go through /compare: each comparison is a tie, worth
+    half to each completion (a tie counted for neither would give the first of a pair 0.2 and the second 0.8)."""
+    flags = ["--model", str(tie_judge_dir), "--max-new-tokens", "8", "--openrlhf-group-size", "3"]
+    completions = ["It is 4.", "Four.", "2 + 2 = 4."]
+    with start_server([*flags, "--openrlhf-group-window-s", "3"], log_path=tmp_path / "server.log") as server:
+        group = judge_group(server.url, completions, prompt=[{"role": "user", "content": QUESTION}]).json()
+        gathered = post_concurrently(server.url, [openrlhf_sample(QUESTION, answer) for answer in completions])
+    assert (group["comparisons_run"], group["metadata"]["position_consistency"]) == (3, 1.0)
+    assert [reward["score"] for reward in group["rewards"]] == pytest.approx([0.5] * 3, abs=1e-6)
+    assert [reward for answer in gathered for reward in answer.json()["rewards"]] == pytest.approx([0.5] * 3, abs=1e-6)
 
 
 def tie_pair_dump(folder, step: int, second_verdict: str):
