@@ -269,6 +269,7 @@ RUN: dict[tuple[str, str], Run | str] = {
             "pairwise-arithmetic-working-seed1/val249",
             "pairwise-arithmetic-drawn640-seed1/val249",
             "pairwise-step-seeded-rollouts-seed1/val249",
+            "pairwise-ties-seed1/val249",
             "pointwise-seeded-seed1/val249",
         ),
     ),
