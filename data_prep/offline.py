@@ -78,7 +78,9 @@ class OfflineConfig:
         False,
         "without a reference, each pointwise demonstration (sft_judge_pointwise) states the correct answer before the "
         "response's value ('The correct answer is 30; it answers 40, which is wrong.'): the judge recalls the answer "
-        "before it judges, then compares (the other files are unchanged)",
+        "before it judges, then compares; grpo/pointwise's ground truths also carry that answer "
+        '({"score": N, "answer": "30"}) for the reward that checks the recall, compute_pointwise_recall_score (the '
+        "other files are unchanged)",
     )
     arithmetic_working: bool = option(
         False,
@@ -384,11 +386,16 @@ def _add_split(
     def working(e: Example) -> str | None:
         return e.fact.working if options.arithmetic_working else None
 
+    def recalled(e: Example) -> str | None:  # the answer a demonstration recalls first, for the recall reward
+        return e.fact.answer if options.pointwise_value_first == "answer" else None
+
     summary.add_split(
         outputs.POINTWISE,
         split,
         [
-            outputs.pointwise_row(DATA_SOURCE_POINTWISE, e.question, response, score, e.origin, reference(e))
+            outputs.pointwise_row(
+                DATA_SOURCE_POINTWISE, e.question, response, score, e.origin, reference(e), recalled(e)
+            )
             for e, score, response in graded
         ],
     )

@@ -8,7 +8,7 @@ The grades are those of `offline.graded_response`: 4 correct, 3 correct but need
 from __future__ import annotations
 
 from data_prep.outputs import ATTRIBUTE_NAMES
-from judge_rewards.protocol.templates import PAIRWISE_TIE
+from judge_rewards.protocol.templates import PAIRWISE_TIE, RECALLED_ANSWER_OPENING
 
 
 def _think(reasoning: str) -> str:
@@ -29,7 +29,7 @@ def _pointwise_reasoning(score: int, answer: str, wrong: str) -> str:
 # then the words that say whether the response's value agrees with it.
 VALUE_FIRST_OPENINGS = {
     "reference": ("The reference says", "agrees", "disagrees"),
-    "answer": ("The correct answer is", "is correct", "is wrong"),
+    "answer": (RECALLED_ANSWER_OPENING, "is correct", "is wrong"),
 }
 
 

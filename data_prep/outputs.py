@@ -150,11 +150,14 @@ def pointwise_row(
     score: int,
     origin: RowOrigin,
     reference: str | None = None,
+    answer: str | None = None,
 ) -> dict:
+    """A pointwise GRPO row labelled `score`; `answer`: the question's correct answer, kept in the ground truth
+    for the reward that checks the judge's recall of it."""
     return _grpo_row(
         data_source,
         templates.pointwise_messages(prompt, response, reference),
-        templates.pointwise_ground_truth(score),
+        templates.pointwise_ground_truth(score, answer),
         origin,
     )
 

@@ -29,7 +29,11 @@ from serving.config import BACKEND_CHOICES
 
 from .sampling import sample_completions
 
-REWARDS = {"pointwise": grpo_rewards.compute_pointwise_score, "pairwise": grpo_rewards.compute_pairwise_score}
+REWARDS = {
+    "pointwise": grpo_rewards.compute_pointwise_score,
+    "pointwise-recall": grpo_rewards.compute_pointwise_recall_score,
+    "pairwise": grpo_rewards.compute_pairwise_score,
+}
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ from data_prep import cli, offline, outputs
 from data_prep.offline_facts import CATEGORIES
 from data_prep.records import UsageError
 from evaluation.data import load_rows as load_eval_rows
+from judge_rewards import grpo_rewards
 from judge_rewards.protocol import templates
 
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
@@ -242,8 +243,10 @@ def test_value_first_demonstrations_state_the_correct_value_before_the_response_
     plain = dataclasses.replace(SMALL, pointwise_reference=options.get("pointwise_reference", False))
     offline.generate(tmp_path / "plain", plain)
     offline.generate(tmp_path / "first", dataclasses.replace(SMALL, **options))
+    # with the answer first, grpo/pointwise's ground truths carry the answer (the next test)
+    changed = {outputs.SFT_JUDGE_POINTWISE} | ({outputs.POINTWISE} if "pointwise_answer_first" in options else set())
     for name in sorted(path.relative_to(tmp_path / "plain") for path in (tmp_path / "plain").rglob("*.parquet")):
-        if str(name.parent) != outputs.SFT_JUDGE_POINTWISE:
+        if str(name.parent) not in changed:
             assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "first" / name).read_bytes(), name
     agrees, disagrees = verdicts
     for split in outputs.SPLITS:
@@ -257,6 +260,24 @@ def test_value_first_demonstrations_state_the_correct_value_before_the_response_
             assert parsed.reasoning.startswith(f"{opening} {fact.answer}; it "), parsed.reasoning
             verdict = {4: f"which {agrees}", 3: f"which {agrees}", 0: f"which {disagrees}"}.get(parsed.value)
             assert verdict is None or verdict in parsed.reasoning, parsed.reasoning
+
+
+def test_answer_first_ground_truths_carry_the_answer_each_demonstration_recalls(small, tmp_path):
+    offline.generate(tmp_path, dataclasses.replace(SMALL, pointwise_answer_first=True, arithmetic_working=True))
+    for split in outputs.SPLITS:
+        file = outputs.split_file(outputs.POINTWISE, split)
+        plain_rows, rows = pq.read_table(small / file).to_pylist(), pq.read_table(tmp_path / file).to_pylist()
+        demonstrations = read(tmp_path, outputs.split_file(outputs.SFT_JUDGE_POINTWISE, split))
+        for plain, row, demonstration in zip(plain_rows, rows, demonstrations, strict=True):
+            label = templates.read_ground_truth(plain["reward_model"]["ground_truth"])
+            _, fact, _ = QUESTIONS[question_in(row["prompt"][0]["content"])]
+            ground_truth = row["reward_model"]["ground_truth"]
+            assert ground_truth == templates.pointwise_ground_truth(label["score"], fact.answer)
+            assert {**row, "reward_model": plain["reward_model"]} == plain
+            reward = grpo_rewards.compute_pointwise_recall_score(
+                "offline", user_and_answer(demonstration)[1], ground_truth
+            )
+            assert (reward["score"], reward["recall_ok"]) == (1.0, 1.0), demonstration
 
 
 @pytest.mark.parametrize(

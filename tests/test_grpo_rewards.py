@@ -8,6 +8,7 @@ from judge_rewards.grpo_rewards import (
     MISSING_THINK_PENALTY,
     REWARD_KEYS,
     compute_pairwise_score,
+    compute_pointwise_recall_score,
     compute_pointwise_score,
 )
 from judge_rewards.protocol import templates
@@ -15,6 +16,10 @@ from judge_rewards.protocol import templates
 
 def pointwise(answer: str, label: int) -> dict:
     return compute_pointwise_score("offline", answer, templates.pointwise_ground_truth(label))
+
+
+def recall(answer: str, label: int, correct: str = "22") -> dict:
+    return compute_pointwise_recall_score("offline", answer, templates.pointwise_ground_truth(label, correct))
 
 
 def pairwise(answer: str, label: str) -> dict:
@@ -183,3 +188,45 @@ def test_ground_truth_of_the_other_mode_is_a_data_error(function, ground_truth):
 def test_invalid_ground_truth_raises_instead_of_scoring(ground_truth):
     with pytest.raises(ValueError):
         compute_pointwise_score("offline", scored(3), ground_truth)
+
+
+WORKED = "<think>3 + 19 = {}, so the correct answer is {}; it answers 12, which is wrong.</think><score>0</score>"
+
+
+@pytest.mark.parametrize(
+    ("answer", "score", "accuracy", "recall_ok"),
+    [
+        ("<think>The correct answer is 22; it answers 12, which is wrong.</think><score>0</score>", 1.0, 1.0, 1.0),
+        (WORKED.format(22, 22), 1.0, 1.0, 1.0),
+        ("<think>The correct answer is 22; it answers 12, plainly.</think><score>1</score>", 0.75, 0.0, 1.0),
+        # the right grade from a wrong recalled value earns what the farthest grade earns
+        ("<think>The correct answer is 13; it answers 12, which is wrong.</think><score>0</score>", 0.0, 1.0, 0.0),
+        (WORKED.format(21, 21), 0.0, 1.0, 0.0),
+        ("<think>It answers 12, which is wrong.</think><score>0</score>", 0.0, 1.0, 0.0),
+        ("<score>0</score>", -MISSING_THINK_PENALTY, 1.0, 0.0),
+        ("<think>The correct answer is 22; it answers 12.</think>", FORMAT_FAILURE_REWARD, 0.0, 1.0),
+    ],
+)
+def test_the_recall_reward_pays_a_grade_only_from_the_right_recalled_answer(answer, score, accuracy, recall_ok):
+    reward = recall(answer, label=0)
+    assert (reward["score"], reward["accuracy"], reward["recall_ok"]) == (score, accuracy, recall_ok)
+    assert tuple(reward) == (*REWARD_KEYS, "recall_ok") and all(type(v) is float for v in reward.values())
+
+
+def test_the_recall_reward_reads_the_answer_as_the_data_writes_it():
+    answer = "<think>The correct answer is blue Whale.</think><score>4</score>"
+    assert recall(answer, label=4, correct="blue whale")["score"] == 1.0
+    assert recall(answer, label=4, correct="whale")["score"] == 0.0
+
+
+def test_an_answer_in_the_ground_truth_leaves_the_plain_reward_as_it_was():
+    answer = "<think>The correct answer is 13; it answers 12, which is wrong.</think><score>1</score>"
+    with_answer = compute_pointwise_score("offline", answer, templates.pointwise_ground_truth(0, "22"))
+    assert with_answer == pointwise(answer, 0)
+
+
+def test_the_recall_reward_needs_the_answer_in_the_ground_truth():
+    with pytest.raises(ValueError, match="--pointwise-answer-first"):
+        compute_pointwise_recall_score("offline", scored(3), templates.pointwise_ground_truth(3))
+    with pytest.raises(ValueError, match="mixed up"):
+        compute_pointwise_recall_score("offline", scored(3), templates.pairwise_ground_truth("A"))

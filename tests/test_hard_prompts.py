@@ -55,6 +55,28 @@ def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, t
     assert sum(int(line.split()[2]) for line in lines[2:-1]) == len(wanted)
 
 
+def test_the_recall_reward_keeps_the_prompts_whose_recalled_answers_differ(tmp_path, monkeypatch, capsys):
+    """Every answer gives its row's grade; in every third row one of them recalls a wrong answer. The plain
+    reward pays all four alike, the recall reward does not."""
+    offline.generate(tmp_path / "data", offline.OfflineConfig(pointwise_answer_first=True))
+    grpo_file = tmp_path / "data/grpo/pointwise/train.parquet"
+    table = pq.read_table(grpo_file)
+    truths = [templates.read_ground_truth(r["ground_truth"]) for r in table["reward_model"].to_pylist()]
+
+    def answer(truth: dict, recalled: str) -> str:
+        return f"<think>The correct answer is {recalled}; it answers.</think><score>{truth['score']}</score>"
+
+    planted = [
+        [answer(truth, truth["answer"])] * 3 + [answer(truth, "none" if row % 3 == 0 else truth["answer"])]
+        for row, truth in enumerate(truths)
+    ]
+    monkeypatch.setattr(hard_prompts, "sample_completions", lambda model, conversations, *args: planted)
+    hard_prompts.main(["model", str(grpo_file), str(tmp_path / "recall.parquet"), "--reward", "pointwise-recall"])
+    assert pq.read_table(tmp_path / "recall.parquet").equals(table.take(list(range(0, len(truths), 3))))
+    with pytest.raises(SystemExit, match="nothing to keep"):
+        hard_prompts.main(["model", str(grpo_file), str(tmp_path / "plain.parquet"), "--reward", "pointwise"])
+
+
 def test_prompts_n_samples_n_prompts_drawn_by_the_seed_and_keeps_their_file_rows(
     grpo_file, tmp_path, monkeypatch, capsys
 ):

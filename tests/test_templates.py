@@ -217,6 +217,27 @@ def test_conversation_token_ids_are_the_chat_template_text_without_added_tokens(
     assert texts[0].rstrip().endswith("a<|im_end|>")  # no generation prompt: the reward is read at the turn's end
 
 
+@pytest.mark.parametrize(
+    ("reasoning", "recalled"),
+    [
+        ("The correct answer is 22; it answers 12, which is wrong.", "22"),
+        ("3 + 19 = 22, so the correct answer is 22; it answers 22, which is correct.", "22"),
+        ("The correct answer is blue whale.", "blue whale"),
+        ("The correct answer is  Jakarta ; the correct answer is Bali.", "Jakarta"),
+        ("It answers 12, which is wrong.", None),
+        ("The correct answer is ; it answers 12.", None),
+        ("The correct answer is", None),
+    ],
+)
+def test_recalled_answer_is_the_value_after_the_first_statement_of_it(reasoning, recalled):
+    assert t.recalled_answer(reasoning) == recalled
+
+
+def test_same_answer_ignores_case_and_surrounding_whitespace_only():
+    assert t.same_answer(" Jakarta", "jakarta ")
+    assert not t.same_answer("22.0", "22") and not t.same_answer("Jakart", "Jakarta")
+
+
 def test_normalized_score():
     assert [t.normalized_score(s) for s in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
 
@@ -224,7 +245,10 @@ def test_normalized_score():
 def test_ground_truth_roundtrip_and_validation():
     assert t.read_ground_truth(t.pointwise_ground_truth(3)) == {"score": 3}
     assert t.read_ground_truth(t.pairwise_ground_truth("B")) == {"better": "B"}
-    for bad in ('{"score": 5}', '{"score": "3"}', '{"better": "C"}', '{"score": 1, "better": "A"}', "3", None):
+    assert t.read_ground_truth(t.pointwise_ground_truth(0, "São Paulo")) == {"score": 0, "answer": "São Paulo"}
+    bad_answers = ('{"score": 1, "answer": ""}', '{"score": 1, "answer": 22}', '{"score": 1, "answer": "2", "x": 1}')
+    bad_labels = ('{"score": 5}', '{"score": "3"}', '{"better": "C"}', '{"score": 1, "better": "A"}', "3", None)
+    for bad in (*bad_labels, *bad_answers):
         with pytest.raises(ValueError):
             t.read_ground_truth(bad)
     with pytest.raises(ValueError, match="0..4"):

@@ -279,11 +279,17 @@ def normalized_score(score: int) -> float:
     return (score - MIN_SCORE) / (MAX_SCORE - MIN_SCORE)
 
 
-def pointwise_ground_truth(score: int) -> str:
-    """The `reward_model.ground_truth` of a pointwise GRPO row: one JSON string type for every row."""
+def pointwise_ground_truth(score: int, answer: str | None = None) -> str:
+    """The `reward_model.ground_truth` of a pointwise GRPO row: one JSON string type for every row. `answer`: the
+    correct answer to the rated conversation's question, for a reward that checks the judge's recall of it
+    (`recalled_answer`); absent where the data has no single correct answer."""
     if isinstance(score, bool) or not (isinstance(score, int) and MIN_SCORE <= score <= MAX_SCORE):
         raise ValueError(f"pointwise label {score!r} is not an integer in {MIN_SCORE}..{MAX_SCORE}")
-    return json.dumps({"score": score})
+    if answer is None:
+        return json.dumps({"score": score})
+    if not (isinstance(answer, str) and answer.strip()):
+        raise ValueError(f"pointwise correct answer {answer!r} is not a non-empty string")
+    return json.dumps({"score": score, "answer": answer}, ensure_ascii=False)
 
 
 def pairwise_ground_truth(better: str) -> str:
@@ -299,10 +305,34 @@ def read_ground_truth(ground_truth: str) -> dict:
         label = json.loads(ground_truth)
     except (TypeError, json.JSONDecodeError) as err:
         raise ValueError(f"ground truth {ground_truth!r} is not JSON") from err
-    if isinstance(label, dict) and set(label) == {"score"}:
-        pointwise_ground_truth(label["score"])
+    if isinstance(label, dict) and set(label) in ({"score"}, {"score", "answer"}):
+        pointwise_ground_truth(label["score"], label.get("answer"))
     elif isinstance(label, dict) and set(label) == {"better"}:
         pairwise_ground_truth(label["better"])
     else:
-        raise ValueError(f'ground truth {ground_truth!r} is neither {{"score": N}} nor {{"better": "A"|"B"}}')
+        raise ValueError(
+            f'ground truth {ground_truth!r} is neither {{"score": N}} (with an optional "answer") '
+            f'nor {{"better": "A"|"B"}}'
+        )
     return label
+
+
+RECALLED_ANSWER_OPENING = "The correct answer is"  # how a reasoning that recalls the answer first states it
+_RECALLED_ANSWER = re.compile(re.escape(RECALLED_ANSWER_OPENING) + " ", re.IGNORECASE)
+
+
+def recalled_answer(reasoning: str) -> str | None:
+    """The value a reasoning recalls as the correct answer, as `data_prep offline --pointwise-answer-first` writes
+    it: after the first "the correct answer is" (any case, so that the working may come first: "3 + 19 = 22, so
+    the correct answer is 22; it answers ..."), up to the next ";" or the end, less a final period. None where
+    the reasoning states no correct answer."""
+    opening = _RECALLED_ANSWER.search(reasoning)
+    if opening is None:
+        return None
+    value = reasoning[opening.end() :].split(";", 1)[0].strip(_ASCII_WHITESPACE).removesuffix(".")
+    return value or None
+
+
+def same_answer(recalled: str, answer: str) -> bool:
+    """Whether a recalled value is the correct answer: equal less case and surrounding whitespace."""
+    return recalled.strip(_ASCII_WHITESPACE).casefold() == answer.strip(_ASCII_WHITESPACE).casefold()
