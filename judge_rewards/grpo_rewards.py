@@ -42,9 +42,9 @@ def compute_pointwise_score(data_source, solution_str, ground_truth, extra_info=
 
 def compute_pointwise_recall_score(data_source, solution_str, ground_truth, extra_info=None) -> dict:
     """compute_pointwise_score, paid only when the reasoning recalls the correct answer that the ground truth
-    carries (`{"score": label, "answer": "22"}`, `data_prep offline --pointwise-answer-first`): a grade reached
-    from a wrong recalled value (`The correct answer is 12; it answers 12, which is correct.` where the answer is
-    22) earns 0, as the farthest grade does. `accuracy` stays the exact grade's; `recall_ok` says whether the
+    carries (`{"score": label, "answer": "22"}`, `data_prep offline --pointwise-answer-first`): the right grade
+    reached from a wrong recalled value (`The correct answer is 13; it answers 12, which is wrong.` where the
+    answer is 22) earns 0, as the farthest grade does. `accuracy` stays the exact grade's; `recall_ok` says whether the
     recalled value was right."""
     label = _label(ground_truth, "score")
     answer = templates.read_ground_truth(ground_truth).get("answer")
