@@ -271,6 +271,7 @@ RUN: dict[tuple[str, str], Run | str] = {
             "pairwise-step-seeded-rollouts-seed1/val249",
             "pairwise-ties-seed1/val249",
             "pointwise-seeded-seed1/val249",
+            "pointwise-recall-seed1/val249",
         ),
     ),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
