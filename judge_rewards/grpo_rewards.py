@@ -46,8 +46,8 @@ def compute_pointwise_recall_score(data_source, solution_str, ground_truth, extr
     reached from a wrong recalled value (`The correct answer is 13; it answers 12, which is wrong.` where the
     answer is 22) earns 0, as the farthest grade does. `accuracy` stays the exact grade's; `recall_ok` says whether the
     recalled value was right."""
-    label = _label(ground_truth, "score")
-    answer = templates.read_ground_truth(ground_truth).get("answer")
+    truth = _ground_truth(ground_truth, "score")
+    label, answer = truth["score"], truth.get("answer")
     if answer is None:
         raise ValueError(
             f"compute_pointwise_recall_score needs the correct answer in the ground truth, got {ground_truth!r}: "
@@ -80,13 +80,18 @@ def compute_pairwise_score(data_source, solution_str, ground_truth, extra_info=N
 
 def _label(ground_truth: str, key: str):
     """The label of a ground truth; a ground truth of the other mode is a data error, not a score."""
-    label = templates.read_ground_truth(ground_truth)
-    if key not in label:
+    return _ground_truth(ground_truth, key)[key]
+
+
+def _ground_truth(ground_truth: str, key: str) -> dict:
+    """The decoded ground truth, which must hold `key` (the label of this reward's mode)."""
+    truth = templates.read_ground_truth(ground_truth)
+    if key not in truth:
         raise ValueError(
             f"this reward needs a {{{key!r}: ...}} ground truth, got {ground_truth!r}: "
             "pointwise and pairwise data are mixed up"
         )
-    return label[key]
+    return truth
 
 
 def _graded(judgement: templates.Judgement, closeness: float, exact: bool | None = None) -> dict:

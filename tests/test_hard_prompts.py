@@ -55,7 +55,7 @@ def test_the_kept_rows_are_the_files_own_and_the_report_counts_them(grpo_file, t
     assert sum(int(line.split()[2]) for line in lines[2:-1]) == len(wanted)
 
 
-def test_the_recall_reward_keeps_the_prompts_whose_recalled_answers_differ(tmp_path, monkeypatch, capsys):
+def test_the_recall_reward_keeps_the_prompts_whose_recalled_answers_differ(tmp_path, monkeypatch):
     """Every answer gives its row's grade; in every third row one of them recalls a wrong answer. The plain
     reward pays all four alike, the recall reward does not."""
     offline.generate(tmp_path / "data", offline.OfflineConfig(pointwise_answer_first=True))
