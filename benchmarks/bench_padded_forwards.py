@@ -5,7 +5,7 @@ training/padded_forwards.py (issue 26: the generative recipes' time on a CPU), o
         --name padded_forwards_smollm2
     python -m benchmarks.bench_padded_forwards --model DIR --data DIR --smoke --results-dir /tmp/r   # a quick check
 
-Three stages, each run by verl's own function and by the CPU-mode one on the same batch:
+Four stages, each run by verl's own function and by the CPU-mode one on the same batch:
 - sft step: a micro batch of --micro-batch (8) rows of <data>/sft_judge_pairwise/train.parquet, built by verl's
   MultiTurnSFTDataset right-padded to --sft-max-length (216, the pairwise warm start's), loss and backward
   (FSDPSFTTrainer._compute_loss_and_backward);
@@ -15,16 +15,23 @@ Three stages, each run by verl's own function and by the CPU-mode one on the sam
   (DataParallelPPOActor._forward_micro_batch);
 - generation: --rollout-prompts (32) of those prompts through the CPU HF rollout (training/hf_rollout.py), greedy,
   --max-response-length new tokens each (no stop token, so that both generate as many), with and without the
-  unused left padding.
+  unused left padding;
+- validation generation: --val-prompts (96) prompts of <data>/grpo/pairwise/val.parquet, as generation, in one
+  generate() call (verl's HFRollout: the whole val set is one batch) and in the CPU rollout's chunks of at most
+  rollout.max_num_batched_tokens (8192) tokens, both without the unused left padding.
+--stages picks some of them.
 Fresh rows every repetition, the same for both methods; 5 repetitions, the stages and methods interleaved and
 the methods' order rotated. Reported: seconds per stage, median (min-max), the ratio of medians, and how far the
-shortcut's result is from verl's (loss, log-probabilities; generated tokens must be identical).
+shortcut's result is from verl's (loss, log-probabilities; generated tokens: identical in generation, and in
+validation generation where no near tie rounds another way under HFRollout's bf16 autocast in a batch of another
+shape).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import (
@@ -42,9 +49,9 @@ from benchmarks.common import (
 )
 
 VERL, SHORTCUT = "verl 0.6.1", "shortcut"
-STAGES = ("sft step", "actor step", "generation")
-DEFAULTS = {"repetitions": 5, "micro_batch": 8, "rollout_prompts": 32}
-SMOKE = {"repetitions": 1, "micro_batch": 2, "rollout_prompts": 2}
+STAGES = ("sft step", "actor step", "generation", "validation generation")
+DEFAULTS = {"repetitions": 5, "micro_batch": 8, "rollout_prompts": 32, "val_prompts": 96}
+SMOKE = {"repetitions": 1, "micro_batch": 2, "rollout_prompts": 2, "val_prompts": 16}
 
 
 class Stages:
@@ -79,6 +86,7 @@ class Stages:
         self.sft_trainer = _SFTTrainerView(self.model)
         self.sft_rows = _sft_dataset(self.tokenizer, args.data / "sft_judge_pairwise" / "train.parquet", args)
         self.prompts = _prompt_dataset(self.tokenizer, args.data / "grpo" / "pairwise" / "train.parquet", args)
+        self.val_prompts = _prompt_dataset(self.tokenizer, args.data / "grpo" / "pairwise" / "val.parquet", args)
         self.rollout = _rollout(args)
 
     def batches(self, repetition: int) -> dict:
@@ -103,7 +111,8 @@ class Stages:
             "responses": responses,
         }
         generation = _rows(self.prompts, repetition, self.size["rollout_prompts"])
-        return {"sft step": sft, "actor step": actor, "generation": generation}
+        validation = _rows(self.val_prompts, repetition, self.size["val_prompts"])
+        return {"sft step": sft, "actor step": actor, "generation": generation, "validation generation": validation}
 
     def run(self, stage: str, method: str, batch: dict) -> tuple[float, object]:
         """Seconds the stage took, and its result (to compare the methods)."""
@@ -117,8 +126,10 @@ class Stages:
             )
             ((log_probs + entropy) * batch["attention_mask"][:, -log_probs.shape[1] :]).sum().backward()
             result = log_probs.detach()
-        else:
+        elif stage == "generation":
             result = self._generate(method, batch)
+        else:
+            result = self._generate_validation(method, batch)
         seconds = time.perf_counter() - start
         self.model.zero_grad(set_to_none=True)
         return seconds, result
@@ -140,6 +151,22 @@ class Stages:
         finally:
             module.generate = trimmed
         return output.batch["responses"]
+
+    def _generate_validation(self, method: str, batch: dict):
+        """verl: the whole batch in one generate() call; the shortcut: the rollout's own chunks. Counts the calls
+        (`validation_calls`)."""
+        rollout = self.rollout
+        generate_part = rollout._generate_minibatch
+        parts = []
+        rollout._generate_minibatch = lambda part: parts.append(len(part)) or generate_part(part)
+        if method == VERL:
+            rollout.sequences_per_generate = len
+        try:
+            return self._generate(SHORTCUT, batch)
+        finally:
+            for name in ("_generate_minibatch", "sequences_per_generate"):
+                rollout.__dict__.pop(name, None)
+            self.validation_calls = len(parts)
 
 
 class _SFTTrainerView:
@@ -216,22 +243,23 @@ def _rows(dataset, repetition: int, count: int) -> dict:
     return {key: torch.stack([row[key] for row in rows]) for key in keys if key in rows[0]}
 
 
-def measure(stages: Stages, size: dict) -> dict:
+def measure(stages: Stages, size: dict, chosen: Sequence[str] = STAGES) -> dict:
     log = RunLog()
-    runs = {(stage, method): [] for stage in STAGES for method in (VERL, SHORTCUT)}
-    largest_difference = {stage: 0.0 for stage in STAGES}
+    runs = {(stage, method): [] for stage in chosen for method in (VERL, SHORTCUT)}
+    largest_difference = {stage: 0.0 for stage in chosen}
     order = [VERL, SHORTCUT]
     for repetition in range(size["repetitions"]):
         batches = stages.batches(repetition)
-        for stage in STAGES:
+        for stage in chosen:
             results = {}
             for method in rotated(order, repetition):
                 stamp = log.start(repetition)
                 seconds, results[method] = stages.run(stage, method, batches[stage])
-                runs[(stage, method)].append({**stamp, "seconds": round(seconds, 3)})
+                calls = {"calls": stages.validation_calls} if stage == "validation generation" else {}
+                runs[(stage, method)].append({**stamp, "seconds": round(seconds, 3), **calls})
             largest_difference[stage] = max(largest_difference[stage], _difference(results[VERL], results[SHORTCUT]))
     summary = {}
-    for stage in STAGES:
+    for stage in chosen:
         methods = {method: summarize_runs(runs[(stage, method)], ["seconds"]) for method in order}
         add_ratios(methods, "seconds", VERL, "verl")
         summary[stage] = {"methods": methods, "largest_difference": largest_difference[stage]}
@@ -249,7 +277,12 @@ def _difference(verl_result, shortcut_result) -> float:
 
 
 def report(results: dict, config: dict) -> str:
-    measures = {"sft step": "loss", "actor step": "log-probability", "generation": "generated tokens differing"}
+    measures = {
+        "sft step": "loss",
+        "actor step": "log-probability",
+        "generation": "generated tokens differing",
+        "validation generation": "generated tokens differing",
+    }
     rows = [
         [
             stage,
@@ -266,7 +299,8 @@ def report(results: dict, config: dict) -> str:
         f"{config['model']}, fp32; micro batches of {config['micro_batch']} (SFT right-padded to "
         f"{config['sft_max_length']}, prompts left-padded to {config['max_prompt_length']}, responses to "
         f"{config['max_response_length']}); generation of {config['rollout_prompts']} prompts, greedy, "
-        f"{config['max_response_length']} new tokens; {config['repetitions_done']} repetitions, interleaved.\n\n"
+        f"{config['max_response_length']} new tokens; validation generation of {config['val_prompts']} val prompts "
+        f"the same way; {config['repetitions_done']} repetitions, interleaved.\n\n"
         + markdown_table(
             [
                 "stage",
@@ -294,6 +328,8 @@ def main() -> None:
     parser.add_argument(
         "--rollout-prompts", type=int, help=f"prompts generated (default {DEFAULTS['rollout_prompts']})"
     )
+    parser.add_argument("--val-prompts", type=int, help=f"val prompts generated (default {DEFAULTS['val_prompts']})")
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), help="the stages to run")
     parser.add_argument("--sft-max-length", type=int, default=216, help="SFT padding length (data.max_length)")
     parser.add_argument("--max-prompt-length", type=int, default=192, help="prompt padding length")
     parser.add_argument("--max-response-length", type=int, default=64, help="response padding and new tokens")
@@ -303,8 +339,8 @@ def main() -> None:
     args = parser.parse_args()
     size = chosen_sizes(args, DEFAULTS, SMOKE)
     if min(size.values()) < 1:
-        raise SystemExit("--repetitions, --micro-batch and --rollout-prompts must be positive")
-    results = measure(Stages(args, size), size)
+        raise SystemExit("--repetitions, --micro-batch, --rollout-prompts and --val-prompts must be positive")
+    results = measure(Stages(args, size), size, args.stages)
     config = {
         "model": str(args.model),
         "data": str(args.data),

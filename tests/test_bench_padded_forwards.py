@@ -47,3 +47,11 @@ def test_every_stage_runs_both_methods_and_they_agree(results):
     assert stages["sft step"]["largest_difference"] < 1e-4
     assert stages["actor step"]["largest_difference"] < 1e-4
     assert stages["generation"]["largest_difference"] == 0
+
+
+def test_validation_generation_compares_one_call_with_the_rollouts_chunks(results):
+    """16 val prompts of 512 + 64 tokens: one generate() call against two (8192 tokens hold 14)."""
+    runs = results["results"]["validation generation"]["methods"]
+    assert results["config"]["val_prompts"] == 16
+    assert [run["calls"] for run in runs[bench_padded_forwards.VERL]["runs"]] == [1]
+    assert [run["calls"] for run in runs[bench_padded_forwards.SHORTCUT]["runs"]] == [2]

@@ -262,6 +262,30 @@ def test_hf_rollout_samples_the_same_answers_at_the_same_step_whatever_the_globa
     assert out.split() == ["True", "False", "True"]
 
 
+@pytest.mark.e2e
+def test_hf_rollout_generates_at_most_max_num_batched_tokens_per_call_in_the_batchs_order(tiny_model_dir):
+    """verl validates on its whole val set in one batch: 5 prompts of 5 tokens with 3 new tokens each, 16 tokens a
+    call, are generated 2, 2 and 1 at a time, and the returned rows keep the prompts' order."""
+    out = run_python(
+        HF_ROLLOUT_SETUP.format(
+            model=tiny_model_dir,
+            config="prompt_length=5, response_length=3, do_sample=False, max_num_batched_tokens=16",
+        )
+        + """
+    sizes = []
+    generate = rollout.module.generate
+    def recording_generate(*args, input_ids, **kwargs):
+        sizes.append(input_ids.shape[0])
+        return generate(*args, input_ids=input_ids, **kwargs)
+    rollout.module.generate = recording_generate
+    input_ids = torch.arange(3, 28).reshape(5, 5)
+    output = rollout.generate_sequences(prompts(input_ids, torch.ones(5, 5, dtype=torch.long), do_sample=False))
+    print(sizes, torch.equal(output.batch["prompts"], input_ids), output.batch["responses"].shape[0])
+    """
+    )
+    assert out.split() == ["[2,", "2,", "1]", "True", "5"]
+
+
 PADDED_FORWARD_SETUP = """
     import types, torch
     from transformers import AutoModelForCausalLM
