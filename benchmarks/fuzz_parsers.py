@@ -10,6 +10,10 @@ Properties, for any input:
   gets FORMAT_FAILURE_REWARD, a well-formed one a score in [-MISSING_THINK_PENALTY, 1] (the exact closeness
   when the answer was built well-formed); a ground truth that is not a valid label raises ValueError and
   nothing else.
+- compute_pointwise_recall_score does the same with `recall_ok` added, and pays the closeness only where
+  recall_ok is 1: never for an answer that does not hold the ground truth's correct answer, always for one built
+  to recall it in a think block (any case, padded, after working), never for one built to recall another
+  value; `accuracy` stays the exact grade's. A ground truth without a correct answer raises ValueError.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ ANSWER_PIECES = [
     "<score>4</score>",
     "<better>A</better>",
     "<better>tie</better>",
+    "The correct answer is ",
+    "the correct answer is 22",
+    ";",
+    ".",
+    "22",
+    "Nairobi",
     "tie",
     "A",
     "B",
@@ -85,11 +95,15 @@ JSON_VALUES = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=8,
 )
+CORRECT_ANSWERS = ["22", "Nairobi", "hot", "-3.5", "٣"]
 GROUND_TRUTHS = st.one_of(
     st.text(max_size=30),
     JSON_VALUES.map(json.dumps),
     st.fixed_dictionaries({"score": JSON_VALUES | st.integers(-2, 6)}).map(json.dumps),
     st.fixed_dictionaries({"better": JSON_VALUES | st.sampled_from(["A", "B", "C", "a"])}).map(json.dumps),
+    st.fixed_dictionaries({"score": st.integers(-2, 6), "answer": JSON_VALUES | st.sampled_from(CORRECT_ANSWERS)}).map(
+        json.dumps
+    ),
     st.none(),
     st.integers(),
 )
@@ -137,11 +151,12 @@ def parser_inputs(tag: str, values) -> st.SearchStrategy[tuple]:
     )
 
 
-def reward_check(reward: Callable, parse: Callable, closeness_for: Callable) -> Callable[[tuple], Outcome]:
-    """Checks one reward call: (kind, answer, ground truth) with kind "valid label" or "any ground truth"."""
+def reward_check(reward: Callable, problems_of: Callable) -> Callable[[tuple], Outcome]:
+    """Checks one reward call: (kind, answer, ground truth, ...) with kind "any ground truth" where the ground truth
+    may be invalid; `problems_of(result, answer, ground truth, ...)` lists the broken properties of a result."""
 
     def check(case: tuple) -> Outcome:
-        kind, answer, ground_truth = case
+        kind, answer, ground_truth = case[:3]
         try:
             result = reward("fuzz", answer, ground_truth)
         except ValueError:
@@ -149,18 +164,34 @@ def reward_check(reward: Callable, parse: Callable, closeness_for: Callable) -> 
             return Outcome(kind, "ValueError (bad ground truth)", problems)
         except Exception as err:
             return Outcome(kind, f"raised {type(err).__name__}", [f"raised {type(err).__name__}: {err}"])
-        problems = reward_problems(result, parse(answer), closeness_for(ground_truth))
-        return Outcome(kind, "format ok" if result.get("format_ok") == 1.0 else "format failure", problems)
+        return Outcome(kind, result_kind(result), problems_of(result, *case[1:]))
 
     return check
 
 
-def reward_problems(result, judgement: templates.Judgement, closeness_of: Callable) -> list[str]:
-    if not isinstance(result, dict) or set(result) != set(grpo_rewards.REWARD_KEYS):
-        return [f"returned {result!r}, not the keys {grpo_rewards.REWARD_KEYS}"]
+def result_kind(result) -> str:
+    if not isinstance(result, dict):
+        return "not a dict"
+    kind = "format ok" if result.get("format_ok") == 1.0 else "format failure"
+    if "recall_ok" in result:
+        kind += ", recalled" if result["recall_ok"] == 1.0 else ", not recalled"
+    return kind
+
+
+def graded_problems(parse: Callable, closeness_for: Callable) -> Callable:
+    """The properties of a reward that pays the closeness of the parsed verdict to the ground truth's label."""
+    return lambda result, answer, ground_truth: reward_problems(result, parse(answer), closeness_for(ground_truth))
+
+
+def reward_problems(
+    result, judgement: templates.Judgement, closeness_of: Callable, keys: tuple = grpo_rewards.REWARD_KEYS
+) -> list[str]:
+    if not isinstance(result, dict) or set(result) != set(keys):
+        return [f"returned {result!r}, not the keys {keys}"]
     if not all(type(value) is float and math.isfinite(value) for value in result.values()):
         return [f"non-float values in {result}"]
-    problems = [f"{key} is {result[key]}" for key in ("accuracy", "format_ok", "think_ok") if result[key] not in (0, 1)]
+    flags = [key for key in keys if key != "score"]
+    problems = [f"{key} is {result[key]}" for key in flags if result[key] not in (0, 1)]
     if result["format_ok"] != float(judgement.ok):
         problems.append(f"format_ok {result['format_ok']} but the parser says ok={judgement.ok}")
     if not judgement.ok and result["score"] != grpo_rewards.FORMAT_FAILURE_REWARD:
@@ -186,6 +217,61 @@ def pairwise_closeness(ground_truth: str) -> Callable:
     return lambda value: 1.0 if value == label else 0.0
 
 
+RECALL_KEYS = (*grpo_rewards.REWARD_KEYS, "recall_ok")
+
+
+def recall_reward_problems(result, answer, ground_truth: str, recalls: bool | None) -> list[str]:
+    judgement = templates.parse_pointwise(answer)
+    paid = isinstance(result, dict) and result.get("recall_ok") == 1.0
+    problems = reward_problems(
+        result, judgement, pointwise_closeness(ground_truth) if paid else (lambda value: 0.0), RECALL_KEYS
+    )
+    if problems:
+        return problems
+    truth = templates.read_ground_truth(ground_truth)
+    if "answer" not in truth:
+        return [f"scored the ground truth {ground_truth!r}, which holds no correct answer"]
+    if paid and not (isinstance(answer, str) and truth["answer"].strip().casefold() in answer.casefold()):
+        problems.append(f"recall_ok 1 for an answer that never states the correct answer {truth['answer']!r}")
+    if recalls is not None and paid != recalls:
+        problems.append(f"recall_ok {result['recall_ok']} for an answer built {'' if recalls else 'not '}to recall it")
+    if judgement.ok and result["accuracy"] != float(judgement.value == truth["score"]):
+        problems.append(
+            f"accuracy {result['accuracy']} is not the exact grade's ({judgement.value} for {truth['score']})"
+        )
+    return problems
+
+
+@st.composite
+def recalling_answers(draw) -> tuple[str, str, bool]:
+    """(answer, ground truth, whether the answer recalls the ground truth's correct answer): a well-formed pointwise
+    answer whose reasoning states the correct answer as the recipe's data writes it, or another value."""
+    correct = draw(st.sampled_from(CORRECT_ANSWERS))
+    right = [correct, correct.upper(), f" {correct} ", f"{correct}."]
+    wrong = [other for other in CORRECT_ANSWERS if other != correct] + [f"{correct}0", f"not {correct}", ""]
+    recalls = draw(st.booleans())
+    stated = draw(st.sampled_from(right if recalls else wrong))
+    opening = draw(st.sampled_from([templates.RECALLED_ANSWER_OPENING, templates.RECALLED_ANSWER_OPENING.upper()]))
+    working = draw(st.sampled_from(["", "3 + 19 = 22, so "]))
+    rest = draw(st.sampled_from(["", f"; it answers {correct}, which is correct.", "; it answers 12, which is wrong."]))
+    with_think = draw(st.booleans())
+    reasoning = f"{working}{opening} {stated}{rest}"
+    text = f"<think>{reasoning}</think>" if with_think else reasoning
+    label = draw(st.sampled_from(SCORES))
+    answer = f"{text}<score>{draw(st.sampled_from(SCORES))}</score>"
+    return answer, templates.pointwise_ground_truth(label, correct), recalls and with_think
+
+
+def recall_reward_inputs() -> st.SearchStrategy[tuple]:
+    valid_labels = st.tuples(st.sampled_from(SCORES), st.sampled_from(CORRECT_ANSWERS)).map(
+        lambda label: templates.pointwise_ground_truth(*label)
+    )
+    return st.one_of(
+        recalling_answers().map(lambda case: ("recalling answer", *case)),
+        reward_inputs("score", SCORES, valid_labels).map(lambda case: (*case, None)),
+    )
+
+
 def reward_inputs(tag: str, values, valid_labels: st.SearchStrategy[str]) -> st.SearchStrategy[tuple]:
     answers = st.one_of(judge_answers(), well_formed(tag, values).map(lambda answer: answer[0]))
     return st.one_of(
@@ -197,8 +283,10 @@ def reward_inputs(tag: str, values, valid_labels: st.SearchStrategy[str]) -> st.
 def parser_targets(
     parse_pointwise: Callable = templates.parse_pointwise,
     parse_pairwise: Callable = templates.parse_pairwise,
+    recall_reward: Callable = grpo_rewards.compute_pointwise_recall_score,
 ) -> dict[str, tuple]:
-    """name -> (strategy, check) of every fuzzed function; the parsers can be swapped (tests use broken ones)."""
+    """name -> (strategy, check) of every fuzzed function; the parsers and the recall reward can be swapped (tests
+    use broken ones)."""
 
     def parse_pairwise_with_ties(text):
         return parse_pairwise(text, templates.PAIRWISE_VERDICTS)
@@ -211,8 +299,11 @@ def parser_targets(
         ),
         "compute_pointwise_score": (
             reward_inputs("score", SCORES, st.sampled_from(SCORES).map(templates.pointwise_ground_truth)),
-            reward_check(grpo_rewards.compute_pointwise_score, templates.parse_pointwise, pointwise_closeness),
+            reward_check(
+                grpo_rewards.compute_pointwise_score, graded_problems(templates.parse_pointwise, pointwise_closeness)
+            ),
         ),
+        "compute_pointwise_recall_score": (recall_reward_inputs(), reward_check(recall_reward, recall_reward_problems)),
         "parse_pairwise with ties": (
             parser_inputs("better", templates.PAIRWISE_VERDICTS),
             parser_check(parse_pairwise_with_ties, set(templates.PAIRWISE_VERDICTS), "better"),
@@ -223,7 +314,9 @@ def parser_targets(
                 templates.PAIRWISE_VERDICTS,
                 st.sampled_from(templates.PAIRWISE_VERDICTS).map(templates.pairwise_ground_truth),
             ),
-            reward_check(grpo_rewards.compute_pairwise_score, parse_pairwise_with_ties, pairwise_closeness),
+            reward_check(
+                grpo_rewards.compute_pairwise_score, graded_problems(parse_pairwise_with_ties, pairwise_closeness)
+            ),
         ),
     }
 

@@ -17,7 +17,7 @@ from benchmarks.fuzz_client import fuzz_client
 from benchmarks.fuzz_parsers import fuzz_parsers, parser_targets
 from benchmarks.reliability import RestartableJudge
 from benchmarks.train_through_judge_failure import dump_sources
-from judge_rewards import JudgeRewardSystem
+from judge_rewards import JudgeRewardSystem, grpo_rewards
 from judge_rewards.protocol import templates
 
 LIMITS = ApiLimits()
@@ -30,6 +30,7 @@ def test_the_parsers_and_reward_functions_keep_their_properties():
         "parse_pairwise",
         "parse_pairwise with ties",
         "compute_pointwise_score",
+        "compute_pointwise_recall_score",
         "compute_pairwise_score",
     }
     for name, run in results.items():
@@ -53,6 +54,18 @@ def test_a_parser_that_raises_on_non_text_is_reported():
     run = fuzz_one_parser(lambda text: templates.parse_pointwise(text.strip()))
     raised = run["by_kind"]["not text"]["raised AttributeError"]  # bytes have a strip(): those parse as before
     assert run["violations_by_kind"] == {"not text": raised} and raised > 0
+
+
+def test_a_recall_reward_that_pays_without_the_recall_is_reported():
+    def pays_every_grade(data_source, answer, ground_truth, extra_info=None):
+        label = templates.read_ground_truth(ground_truth)["score"]
+        graded = grpo_rewards.compute_pointwise_score(data_source, answer, templates.pointwise_ground_truth(label))
+        return {**graded, "recall_ok": 1.0}
+
+    target = parser_targets(recall_reward=pays_every_grade)["compute_pointwise_recall_score"]
+    run = fuzz_parsers(examples=60, seed=0, targets={"recall": target})["recall"]
+    assert run["violations_by_kind"]["recalling answer"] > 0
+    assert any("never states the correct answer" in v["problem"] for v in run["violation_examples"])
 
 
 @pytest.fixture
