@@ -270,6 +270,7 @@ RUN: dict[tuple[str, str], Run | str] = {
             "pairwise-arithmetic-drawn640-seed1/val249",
             "pairwise-step-seeded-rollouts-seed1/val249",
             "pairwise-ties-seed1/val249",
+            "pairwise-ties640-seed1/val249",
             "pointwise-seeded-seed1/val249",
             "pointwise-recall-seed1/val249",
         ),
