@@ -13,9 +13,9 @@ serving environment (`serves_judge`).
     python frameworks/environments.py test   [NAME ...]   # create, then run its tests in it
 
 `make framework-lock`, `make frameworks` and `make framework-test` run these for every entry; `make test` runs
-the second beside the main environment's tests, then the last. To add an environment, add an entry below, run
-`make framework-lock`, and add its row to the compatibility table of judge_rewards/README.md, or for a serving
-environment name it and its tests in serving/README.md (tests/test_framework_environments.py checks both).
+the last. To add an environment, add an entry below, run `make framework-lock`, and add its row to the
+compatibility table of judge_rewards/README.md, or for a serving environment name it and its tests in
+serving/README.md (tests/test_framework_environments.py checks both).
 """
 
 from __future__ import annotations
