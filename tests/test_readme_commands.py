@@ -273,6 +273,8 @@ RUN: dict[tuple[str, str], Run | str] = {
             "pairwise-ties640-seed1/val249",
             "pointwise-seeded-seed1/val249",
             "pointwise-recall-seed1/val249",
+            "pointwise-seeded-seed1/test",
+            "pairwise-ties640-seed1/test",
         ),
     ),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
