@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from data_prep import offline
+from serving.judges.packing import LAYOUT_KWARG, pack_groups, shared_prefix_length, use_packed_attention
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -41,46 +42,61 @@ def test_smollm2_answers_a_capital_question(smollm2):
     assert "Paris" in answer
 
 
-def answer_log_likelihoods(tokenizer, model, pairs: list[tuple[str, str]], batch_size: int = 50) -> list[float]:
-    """Mean log-probability per token of each (question, answer)'s answer, its end-of-turn token included."""
-    scores = []
-    for start in range(0, len(pairs), batch_size):
-        batch = pairs[start : start + batch_size]
-        prompts = [
-            tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
-            for q, _ in batch
-        ]
-        # the template's trailing newline after the end-of-turn token is not part of the answer
-        fulls = [
-            tokenizer.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": a}])[:-1]
-            for q, a in batch
-        ]
-        width = max(map(len, fulls))
-        ids = torch.tensor([f + [tokenizer.pad_token_id] * (width - len(f)) for f in fulls])
-        mask = torch.tensor([[1] * len(f) + [0] * (width - len(f)) for f in fulls])
-        with torch.inference_mode():
-            # The vocabulary projection only where an answer token is predicted: most of a row is its prompt.
-            hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-            for row, (prompt, full) in enumerate(zip(prompts, fulls, strict=True)):
-                positions = torch.arange(len(prompt) - 1, len(full) - 1)
-                targets = torch.tensor(full[len(prompt) :])
-                logits = model.get_output_embeddings()(hidden[row, positions]).float()
-                scores.append(torch.log_softmax(logits, dim=-1)[torch.arange(len(targets)), targets].mean().item())
+def answer_log_likelihoods(tokenizer, model, questions: list[tuple[str, list[str]]]) -> list[list[float]]:
+    """Per (question, answers), each answer's mean log-probability per token, its end-of-turn token included.
+    A question's answers are packed after it (serving.judges.packing): its tokens are computed once, as the
+    unpacked sequences would compute them."""
+    user = [[{"role": "user", "content": question}] for question, _ in questions]
+    prompt_lengths = [len(tokenizer.apply_chat_template(turn, add_generation_prompt=True)) for turn in user]
+    # the template's trailing newline after the end-of-turn token is not part of the answer
+    groups = [
+        [tokenizer.apply_chat_template([*turn, {"role": "assistant", "content": a}])[:-1] for a in answers]
+        for turn, (_, answers) in zip(user, questions, strict=True)
+    ]
+    scores: list[list[float]] = [[] for _ in groups]
+    attention = model.config._attn_implementation
+    use_packed_attention(model)
+    try:
+        for row in pack_groups(groups, max_tokens=2048):
+            with torch.inference_mode():
+                layout = {LAYOUT_KWARG: row.layout}
+                hidden = model.get_decoder()(
+                    input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False, **layout
+                ).last_hidden_state[0]
+            ends = iter(row.output_positions.tolist())
+            for index in row.groups:
+                for full, where in zip(groups[index], row_positions(groups[index], ends), strict=True):
+                    # The vocabulary projection only where an answer token is predicted: most of a row is its prompt.
+                    predicted_by = torch.tensor(where[prompt_lengths[index] - 1 : -1])
+                    targets = torch.tensor(full[prompt_lengths[index] :])
+                    logits = model.get_output_embeddings()(hidden[predicted_by]).float()
+                    log_probs = torch.log_softmax(logits, dim=-1)[torch.arange(len(targets)), targets]
+                    scores[index].append(log_probs.mean().item())
+    finally:
+        model.config._attn_implementation = attention
     return scores
+
+
+def row_positions(sequences: list[list[int]], ends) -> list[list[int]]:
+    """Where each token of a packed group's sequences lies in its row, from each sequence's last token (`ends`):
+    the shared prefix once, at the group's start, then each sequence's own tokens."""
+    prefix = shared_prefix_length(sequences)
+    lasts = [next(ends) for _ in sequences]
+    start = lasts[0] - len(sequences[0]) + 1
+    return [
+        [start + p if p < prefix else last - (len(full) - 1 - p) for p in range(len(full))]
+        for full, last in zip(sequences, lasts, strict=True)
+    ]
 
 
 def test_zero_shot_likelihood_prefers_good_answers_in_every_category(smollm2, tmp_path):
     tokenizer, model = smollm2
     offline.generate(tmp_path, offline.OfflineConfig())
     rows = list(pd.read_parquet(tmp_path / "eval" / "test.parquet").itertuples())
-    scores = iter(
-        answer_log_likelihoods(
-            tokenizer, model, [(row.prompt, answer) for row in rows for answer in [*row.chosen, *row.rejected]]
-        )
-    )
+    scores = answer_log_likelihoods(tokenizer, model, [(row.prompt, [*row.chosen, *row.rejected]) for row in rows])
     wins, best = defaultdict(list), defaultdict(list)
-    for row in rows:
-        good, flawed = next(scores), [next(scores) for _ in row.rejected]
+    for row, (good, *flawed) in zip(rows, scores, strict=True):
+        assert len(flawed) == len(row.rejected)
         wins[row.subset] += [good > score for score in flawed]
         best[row.subset].append(good > max(flawed))
     print("\ncategory    prompts  pairs preferred  best of 4")
