@@ -145,19 +145,21 @@ def build_smollm2(out_dir: str | Path, gguf_path: str | Path | None = None) -> P
     encoding; the saved tokenizer ends turns with <|im_end|>, pads with <|endoftext|> and adds no BOS,
     as the original SmolLM2-Instruct does.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path) if gguf_path else smollm2_gguf_path()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("loading %s (dequantizing Q4_1 to fp32, ~20 s)", gguf_path)
 
-    gguf_tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    # Each reader parses the whole GGUF file (its 49k-token vocabulary included): the config is read once.
+    gguf_config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    gguf_tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, config=gguf_config)
     backend = gguf_tokenizer.backend_tokenizer
     backend.post_processor = None  # drops the BOS the GGUF metadata adds to every encoding
     tokenizer = chatml_tokenizer(backend, model_max_length=8192)
 
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, config=gguf_config)
     # A model loaded from GGUF cannot save_pretrained itself; a fresh one built from its config can.
     config = loaded.config
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
