@@ -28,15 +28,19 @@ from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support import reward_models
 from tests.support.reward_models import FAMILIES, LABELS
-from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, batch_judge, start_server, started_together
+from tests.support.servers import (
+    SMALL_VLLM_ENGINE_ENV,
+    VLLM_STARTUP_TIMEOUT_S,
+    batch_judge,
+    start_server,
+    started_together,
+)
 
 pytestmark = pytest.mark.e2e
 
 MAX_INPUT_TOKENS = 96
 TOLERANCE = 1e-3
 TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
-# Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 LABEL_WEIGHTS = {name: (index + 1) / 10 * (-1) ** index for index, name in enumerate(LABELS)}
 SERVED = (*FAMILIES, "labels")
 
@@ -94,7 +98,7 @@ def server_flags(name: str, model_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def servers(built, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm_reward_model_servers")
-    env = {**os.environ, **ENGINE_ENV}
+    env = {**os.environ, **SMALL_VLLM_ENGINE_ENV}
 
     def start(name: str):
         return start_server(

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.support.processes import run_in_own_group
-from tests.support.servers import PACKAGE_ROOT
+from tests.support.servers import PACKAGE_ROOT, SMALL_VLLM_ENGINE_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -61,8 +61,8 @@ FILLER_WORDS = 600  # about LONG_PROMPT_TOKENS with the tiny model's tokenizer
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess:
-    """`command` with the project on its path, the engine's processes killed with it."""
-    environ = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": PACKAGE_ROOT}
+    """`command` with the project on its path, small engines (SMALL_VLLM_ENGINE_ENV), its processes killed with it."""
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": PACKAGE_ROOT, **SMALL_VLLM_ENGINE_ENV}
     return run_in_own_group(command, 600, cwd=REPO_ROOT, stdout=PIPE, stderr=PIPE, env=environ)
 
 

@@ -36,7 +36,7 @@ from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.models import verl_checkpoint
 from tests.support.processes import processes_left_in_group
-from tests.support.servers import VLLM_STARTUP_TIMEOUT_S, start_server, started_together
+from tests.support.servers import SMALL_VLLM_ENGINE_ENV, VLLM_STARTUP_TIMEOUT_S, start_server, started_together
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_hardening import wait_for_queue_depth
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
@@ -46,8 +46,6 @@ pytestmark = pytest.mark.e2e
 
 MAX_INPUT_TOKENS = 256
 TRAINING_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"  # the main environment, where recipes train and export
-# Small engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 ATTRIBUTES = list(HELPSTEER2_ATTRIBUTE_WEIGHTS)  # the multi-aspect recipe's default attributes
 TOLERANCE = 1e-3
 # The multi-attribute judge is served by Ray Serve, each replica with its own vLLM engine.
@@ -146,7 +144,7 @@ def judge_flags(name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def vllm_servers(judge_dirs, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm_servers")
-    env = {**os.environ, **ENGINE_ENV}
+    env = {**os.environ, **SMALL_VLLM_ENGINE_ENV}
 
     ray_dir = tempfile.mkdtemp(prefix="ray-vllm-")  # short: Ray's socket paths must fit
 

@@ -21,6 +21,8 @@ from tests.support.processes import kill_group
 READY_LINE = "judge server"  # the startup line both servers print once they are about to serve
 # vLLM judge servers starting beside the main suite: 2-3 min alone, past 7 min on a slow 2-core machine.
 VLLM_STARTUP_TIMEOUT_S = 900
+# Small vLLM engines on a shared 2-core machine: a 1 GiB KV cache each, one thread each, no core pinning.
+SMALL_VLLM_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the server runs this checkout, wherever it is started
 
 
