@@ -57,21 +57,21 @@ def answer_log_likelihoods(tokenizer, model, questions: list[tuple[str, list[str
     attention = model.config._attn_implementation
     use_packed_attention(model)
     try:
-        for row in pack_groups(groups, max_tokens=2048):
-            with torch.inference_mode():
+        with torch.inference_mode():
+            for row in pack_groups(groups, max_tokens=2048):
                 layout = {LAYOUT_KWARG: row.layout}
                 hidden = model.get_decoder()(
                     input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False, **layout
                 ).last_hidden_state[0]
-            ends = iter(row.output_positions.tolist())
-            for index in row.groups:
-                for full, where in zip(groups[index], row_positions(groups[index], ends), strict=True):
-                    # The vocabulary projection only where an answer token is predicted: most of a row is its prompt.
-                    predicted_by = torch.tensor(where[prompt_lengths[index] - 1 : -1])
-                    targets = torch.tensor(full[prompt_lengths[index] :])
-                    logits = model.get_output_embeddings()(hidden[predicted_by]).float()
-                    log_probs = torch.log_softmax(logits, dim=-1)[torch.arange(len(targets)), targets]
-                    scores[index].append(log_probs.mean().item())
+                ends = iter(row.output_positions.tolist())
+                # The vocabulary projection only where an answer token is predicted: most of a row is its prompt.
+                for index in row.groups:
+                    for full, where in zip(groups[index], row_positions(groups[index], ends), strict=True):
+                        predicted_by = torch.tensor(where[prompt_lengths[index] - 1 : -1])
+                        targets = torch.tensor(full[prompt_lengths[index] :])
+                        logits = model.get_output_embeddings()(hidden[predicted_by]).float()
+                        log_probs = torch.log_softmax(logits, dim=-1)[torch.arange(len(targets)), targets]
+                        scores[index].append(log_probs.mean().item())
     finally:
         model.config._attn_implementation = attention
     return scores
