@@ -1,7 +1,8 @@
 """Every command a README shows works as shown, or the README says why it cannot run here.
 
 A shell block is a fenced block tagged bash, sh, shell or console, or an untagged one whose first line is a
-`$ ` prompt (a recorded session). Each shell block of every tracked README.md is either
+`$ ` prompt (a recorded session). Each shell block of every tracked README.md and experiments log
+(experiments/<topic>/LOG.md) is either
 - run here (RUN below): in a fresh bash after the documented setup (this environment's bin first on PATH,
   nothing else of the caller's environment), in a scratch copy of the repository's layout, on small
   stand-ins where it needs models or data, recipe launchers with `--dry-run`, servers until `/health`
@@ -47,7 +48,8 @@ class ShellBlock:
 
 def tracked_readmes() -> list[str]:
     listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "README.md", "**/README.md"],
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "README.md", "**/README.md"]
+        + ["experiments/*/LOG.md"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -141,15 +143,16 @@ def fresh_shell_env(home: Path) -> dict[str, str]:
 
 
 def workspace(root: Path) -> Path:
-    """A scratch copy of the repository's tracked layout: cookbooks/ copied (blocks `cd` into it and write
-    there), the rest linked; nothing of a checkout's own runs, data or models."""
+    """A scratch copy of the repository's tracked layout: cookbooks/ and experiments/ copied (blocks `cd` into
+    them and write there), the rest linked; nothing of a checkout's own runs, data or models."""
     root.mkdir(parents=True, exist_ok=True)
     listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
     tracked = [path for path in listed.splitlines() if (REPO_ROOT / path).exists()]
-    for path in (path for path in tracked if path.startswith("cookbooks/")):
+    copied = ("cookbooks", "experiments")
+    for path in (path for path in tracked if path.split("/", 1)[0] in copied):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / path, root / path)
-    for name in sorted({path.split("/", 1)[0] for path in tracked} - {"cookbooks", ".ci", ".gitignore"}):
+    for name in sorted({path.split("/", 1)[0] for path in tracked} - {*copied, ".ci", ".gitignore"}):
         (root / name).symlink_to(REPO_ROOT / name)
     return root
 
@@ -215,22 +218,22 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("cookbooks/rl_with_judge_reward/README.md", SMOLLM2_FIRST): Run(links=(("data", "offline"),), judge="rule"),
     (  # the committed runs' own validation dumps: the recorded figures must come out of them
         "cookbooks/rl_with_judge_reward/README.md",
-        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/learn-seed1/validation "
-        "cookbooks/rl_with_judge_reward/results/learn-seed2/validation --out cookbooks/rl_with_judge_reward/plots",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/validation "
+        "experiments/policy-rl/results/learn-seed2/validation --out experiments/policy-rl/plots",
     ): Run(recorded=True),
     (  # the runs with the hard-negative judge
         "cookbooks/rl_with_judge_reward/README.md",
-        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation "
-        "cookbooks/rl_with_judge_reward/results/hard-negatives-seed2",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/hard-negatives-seed1/validation "
+        "experiments/policy-rl/results/hard-negatives-seed2",
     ): Run(recorded=True),
     (  # a rerun of seed 1 beside the first run
         "cookbooks/rl_with_judge_reward/README.md",
-        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/hard-negatives-seed1/validation "
-        "cookbooks/rl_with_judge_reward/results/hard-negatives-seed1-rerun/validation",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/hard-negatives-seed1/validation "
+        "experiments/policy-rl/results/hard-negatives-seed1-rerun/validation",
     ): Run(recorded=True),
     (  # and the demo judge's training rollouts, for the judge's pair accuracy
         "cookbooks/rl_with_judge_reward/README.md",
-        "$ python -m evaluation.reward_plots cookbooks/rl_with_judge_reward/results/learn-seed1/rollouts",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/rollouts",
     ): Run(recorded=True),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
     (
@@ -249,12 +252,12 @@ RUN: dict[tuple[str, str], Run | str] = {
     # the committed evaluations, metrics and validation dumps must make the recorded curves
     **recorded_judge_curves(
         "cookbooks/training_judge_model/sft/README.md",
-        "cookbooks/training_judge_model/sft/results/pairwise-warm-start",
+        "experiments/sft-judges/results/pairwise-warm-start",
         ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2", "ties-seed1"),
     ),
     **recorded_judge_curves(
         f"{GRPO}/README.md",
-        f"{GRPO}/results",
+        "experiments/grpo-judges/results",
         (
             "pairwise-lr1e-5-seed1",
             "pairwise-lr2e-6-seed1",

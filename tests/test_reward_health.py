@@ -15,7 +15,7 @@ from judge_rewards.reward_health import Observation, RewardHealth, figures_of, r
 from tests.conftest import REPO_ROOT
 from tests.reward_adapter_servers import FaultyJudgeServer, make_system, start_rule_server
 
-LEARN_RUNS = REPO_ROOT / "cookbooks/rl_with_judge_reward/results"
+LEARN_RUNS = REPO_ROOT / "experiments/policy-rl/results"
 
 QUESTIONS = 8
 GROUP = 4
