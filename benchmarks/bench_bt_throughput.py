@@ -255,7 +255,7 @@ def token_ids_in_trainer_order(base_model: str, train_file: Path) -> list[tuple[
     """Each pair's (chosen, rejected) token ids as our trainer reads them, in its order."""
     from transformers import AutoTokenizer
 
-    from judge_rewards.protocol.templates import conversation_token_ids
+    from judge_core.protocol.templates import conversation_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     pairs = conversations_in_trainer_order(train_file)

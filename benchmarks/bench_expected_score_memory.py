@@ -46,7 +46,7 @@ CANDIDATES = ("0", "1", "2", "3", "4")
 
 def judge_prompts(tokenizer, rows: int) -> list[list[int]]:
     """Pointwise judge prompts of different lengths (the real template), as token ids."""
-    from judge_rewards.protocol import templates
+    from judge_core.protocol import templates
 
     prompts = []
     for row in range(rows):

@@ -122,7 +122,7 @@ def served_judge(judge: Path, prompt_format: str, work_dir: Path) -> Path:
     judge.json declares the pairwise format."""
     if prompt_format == "pointwise":
         return judge
-    from judge_rewards.protocol.judge_spec import SPEC_FILE, JudgeSpec
+    from judge_core.protocol.judge_spec import SPEC_FILE, JudgeSpec
 
     copy = work_dir / "pairwise_judge"
     copy.mkdir()

@@ -11,7 +11,7 @@ trained on), each with N completions a policy could have written, drawn from the
 0-4 helpfulness scale of data_prep/offline.py: correct; correct but unsure; undecided between the right and a
 wrong value; no answer; confidently wrong, each wrong one with a value drawn from the fact's wrong answers). An
 answer that commits to a value ends with "The answer is X.", the form a policy trained on rule rewards writes, so
-that the rule scorer (judge_rewards.rules, the reference answer of the row) decides it. Every repetition and group
+that the rule scorer (judge_core.rules, the reference answer of the row) decides it. Every repetition and group
 size and schedule takes the next --prompts prompts (seeded order, cycling) and draws fresh answers: a schedule never
 judges texts another has just put in the server's prefix cache.
 
@@ -63,7 +63,7 @@ from benchmarks.common import (
 )
 from data_prep import offline
 from data_prep.offline_facts import CATEGORIES, Fact, Phrasing
-from judge_rewards import rules
+from judge_core import rules
 from tests.support.servers import start_server
 
 ALL_PAIRS, K_RANDOM = "all_pairs", "k_random"

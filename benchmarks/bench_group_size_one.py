@@ -55,7 +55,7 @@ SMOKE = {"repetitions": 1, "items": 8}
 
 def judge_inputs(tokenizer, bodies: list[dict]) -> list[list[int]]:
     """The token ids the scalar judge reads for each body (serving.judges.scalar's tokenisation)."""
-    from judge_rewards.protocol import templates
+    from judge_core.protocol import templates
 
     conversations = [templates.conversation_messages(b["prompt"], b["completion"]) for b in bodies]
     return templates.conversation_token_ids(tokenizer, conversations)

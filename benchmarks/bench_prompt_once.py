@@ -116,8 +116,8 @@ def traffic(group_size: int, items: int, seed: str) -> list[dict]:
 
 def token_counts(tokenizer, bodies: list[dict], group_size: int) -> dict:
     """Judge-input tokens as today's server computes them, and with each prompt once."""
-    from judge_rewards.protocol import templates
-    from serving.judges.packing import shared_prefix_length, useful_tokens
+    from judge_core.protocol import templates
+    from judge_models.packing import shared_prefix_length, useful_tokens
 
     conversations = [templates.conversation_messages(b["prompt"], b["completion"]) for b in bodies]
     ids = templates.conversation_token_ids(tokenizer, conversations)
@@ -136,7 +136,7 @@ def token_counts(tokenizer, bodies: list[dict], group_size: int) -> dict:
 
 def judge_texts(tokenizer, bodies: list[dict]) -> list[str]:
     """The judge inputs as text: the chat template of each conversation (what vLLM is given)."""
-    from judge_rewards.protocol import templates
+    from judge_core.protocol import templates
 
     conversations = [templates.conversation_messages(b["prompt"], b["completion"]) for b in bodies]
     return [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]

@@ -44,7 +44,7 @@ from benchmarks.reliability import (
     tiny_model,
     tiny_scalar_judge,
 )
-from judge_rewards.protocol.judge_api import scalar_text
+from judge_core.protocol.judge_api import scalar_text
 from tests.support.servers import start_server
 
 ACCEPT, REJECT, EITHER = "accept", "reject", "either"

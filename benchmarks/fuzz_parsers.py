@@ -1,5 +1,5 @@
-"""The judge-answer parsers (judge_rewards.protocol.templates) and the GRPO reward functions
-(judge_rewards.grpo_rewards) under a bounded property-based run; part of `python -m benchmarks.fuzz_api`.
+"""The judge-answer parsers (judge_core.protocol.templates) and the GRPO reward functions
+(judge_core.grpo_rewards) under a bounded property-based run; part of `python -m benchmarks.fuzz_api`.
 
 Properties, for any input:
 - parse_pointwise / parse_pairwise never raise; a Judgement is either ok with a value in range (an int in
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from benchmarks.reliability import Outcome, run_property
-from judge_rewards import grpo_rewards
-from judge_rewards.protocol import templates
+from judge_core import grpo_rewards
+from judge_core.protocol import templates
 
 ANSWER_PIECES = [
     "<think>",

@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from data_prep import base_models, helpsteer2, offline, rewardbench2, shuffle
 from data_prep.records import DataError, UsageError
-from judge_rewards.settings import REQUIRED, Command, option, run_command
+from judge_core.settings import REQUIRED, Command, option, run_command
 
 
 @dataclass(frozen=True)

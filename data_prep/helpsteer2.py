@@ -15,7 +15,7 @@ from pathlib import Path
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
-from judge_rewards.settings import option
+from judge_core.settings import option
 
 DATA_SOURCE_POINTWISE = "helpsteer2/pointwise"
 DATA_SOURCE_PAIRWISE = "helpsteer2/pairwise"

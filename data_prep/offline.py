@@ -18,9 +18,9 @@ from pathlib import Path
 from data_prep import offline_labels, outputs
 from data_prep.offline_facts import CATEGORIES, Category, Fact, Phrasing
 from data_prep.records import UsageError
-from judge_rewards import rules
-from judge_rewards.protocol import templates
-from judge_rewards.settings import option
+from judge_core import rules
+from judge_core.protocol import templates
+from judge_core.settings import option
 
 DATA_SOURCE_POINTWISE = "offline/pointwise"
 DATA_SOURCE_PAIRWISE = "offline/pairwise"

@@ -8,7 +8,7 @@ The grades are those of `offline.graded_response`: 4 correct, 3 correct but need
 from __future__ import annotations
 
 from data_prep.outputs import ATTRIBUTE_NAMES
-from judge_rewards.protocol.templates import PAIRWISE_TIE, RECALLED_ANSWER_OPENING
+from judge_core.protocol.templates import PAIRWISE_TIE, RECALLED_ANSWER_OPENING
 
 
 def _think(reasoning: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judge_rewards.protocol import judge_spec, templates
+from judge_core.protocol import judge_spec, templates
 
 SFT = "sft"
 BRADLEY_TERRY = "bradley_terry"

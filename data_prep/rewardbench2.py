@@ -17,7 +17,7 @@ from pathlib import Path
 
 from data_prep import outputs
 from data_prep.records import Record, UsageError, hub_records, read_records
-from judge_rewards.settings import option
+from judge_core.settings import option
 
 HUB_NAME = "allenai/reward-bench-2"
 TIES_SUBSET = "Ties"

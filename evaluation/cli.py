@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
 
-from judge_rewards.settings import build_parser, from_arguments
+from judge_core.settings import build_parser, from_arguments
 from serving.config import JudgeConfig
 
 from .data import DataError, file_digest, load_rows

@@ -19,7 +19,7 @@ import random
 import statistics
 from pathlib import Path
 
-from judge_rewards.settings import REQUIRED, option, parse_configs
+from judge_core.settings import REQUIRED, option, parse_configs
 
 from .data import is_ties_subset
 

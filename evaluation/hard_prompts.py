@@ -6,7 +6,7 @@ many of its prompts (all right, or all wrong the same way), so many of a step's 
 rest move it. verl 0.6.1's trainer cannot skip them as it samples (DAPO's `filter_groups` lives in verl's recipe
 folder, not in the package), so this does it once, before training: it samples `--samples` answers per prompt
 from MODEL (the warm start) as the rollout does (evaluation.sampling: chat template, `--temperature`, at most
-`--max-new-tokens`), scores them with the recipe's reward (judge_rewards.grpo_rewards, `--reward`), and writes the
+`--max-new-tokens`), scores them with the recipe's reward (judge_core.grpo_rewards, `--reward`), and writes the
 prompts whose rewards differ to OUT, every column as it was. It prints how many prompts were kept, overall and
 per `extra_info.subset` where the file has one. A run draws only steps x train batch prompts: `--prompts N` samples
 N of the file's prompts, drawn at random (`--seed`), instead of all of them.
@@ -23,8 +23,8 @@ import random
 import statistics
 from pathlib import Path
 
-from judge_rewards import grpo_rewards
-from judge_rewards.settings import REQUIRED, option, parse_configs
+from judge_core import grpo_rewards
+from judge_core.settings import REQUIRED, option, parse_configs
 from serving.config import BACKEND_CHOICES
 
 from .sampling import sample_completions
@@ -43,7 +43,7 @@ class HardPromptsConfig:
     )
     data: str = option(REQUIRED, "GRPO judge parquet: prompt, reward_model.ground_truth", positional=True)
     out: str = option(REQUIRED, "parquet of the prompts whose sampled answers earn different rewards", positional=True)
-    reward: str = option(REQUIRED, "the recipe's reward (judge_rewards/grpo_rewards.py)", choices=tuple(REWARDS))
+    reward: str = option(REQUIRED, "the recipe's reward (judge_core/grpo_rewards.py)", choices=tuple(REWARDS))
     samples: int = option(4, "answers sampled per prompt: the rollout's n")
     temperature: float = option(1.0, "sampling temperature: the rollout's")
     max_new_tokens: int = option(64, "longest answer, in tokens: the rollout's max_response_length")

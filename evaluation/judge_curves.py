@@ -22,7 +22,7 @@ import math
 import re
 from pathlib import Path
 
-from judge_rewards.settings import REQUIRED, option, parse_configs
+from judge_core.settings import REQUIRED, option, parse_configs
 
 from .reward_plots import plot_runs, save_figure
 from .verl_validation import ValidationPoint, read_validation

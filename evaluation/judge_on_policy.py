@@ -4,7 +4,7 @@
 A judge that scores its own preference pairs well can still teach a policy little: GRPO learns from the order of
 the rewards within a group of the policy's answers, which look nothing like those pairs. This samples
 `--group-size` answers per question from the policy as a rollout would (its chat template, `--temperature`, at most
-`--max-new-tokens`), scores each against the question's reference with judge_rewards.rules and with each judge
+`--max-new-tokens`), scores each against the question's reference with judge_core.rules and with each judge
 (loaded in this process by serving's loader, as `python -m evaluation --model` does), and prints per judge:
 
     pairs          pairs of a rule-right and a rule-wrong answer to the same question
@@ -26,9 +26,9 @@ import math
 import statistics
 from pathlib import Path
 
-from judge_rewards import rules
+from judge_core import rules
+from judge_core.settings import REQUIRED, option, parse_configs
 from judge_rewards.reward_health import rule_pair_accuracy
-from judge_rewards.settings import REQUIRED, option, parse_configs
 
 from .sampling import sample_completions
 

@@ -15,12 +15,12 @@ from typing import Protocol
 
 import httpx
 
+from judge_core.protocol import judge_api
+from judge_core.protocol.templates import as_messages
+from judge_core.settings import option
 from judge_rewards.judge_client import BatchingJudgeClient, JudgeUnavailableError
-from judge_rewards.protocol import judge_api
-from judge_rewards.protocol.templates import as_messages
 from judge_rewards.reward_config import JudgeRewardConfig
 from judge_rewards.reward_metrics import RewardMetrics
-from judge_rewards.settings import option
 from serving.judges import JudgeItem, Verdict
 
 API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # the reward adapter's variable: one key for every client

@@ -8,7 +8,7 @@ DIRs are runs of the same settings with other seeds. It writes three PNGs into O
     reward_histogram.png   the reward distribution of each step (one line per step; every run's answers)
     reward_vs_length.png   each answer's reward against its length in characters, coloured by step
     judge_vs_rules.png     per step, the judge's mean reward and the rule scorer's accuracy against the reference
-                           answers (`gts`, judge_rewards.rules; rows without a reference the rules can score are
+                           answers (`gts`, judge_core.rules; rows without a reference the rules can score are
                            left out and counted): each run's curve, and with several runs their mean and range;
                            from validation_data_dir, the held-out curves
 
@@ -29,9 +29,9 @@ import math
 import statistics
 from pathlib import Path
 
-from judge_rewards import rules
+from judge_core import rules
+from judge_core.settings import REQUIRED, option, parse_configs
 from judge_rewards.reward_health import rule_pair_accuracy
-from judge_rewards.settings import REQUIRED, option, parse_configs
 
 HISTOGRAM_BINS = 10
 OUTPUTS = ("reward_histogram.png", "reward_vs_length.png", "judge_vs_rules.png")

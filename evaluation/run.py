@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from judge_rewards.settings import REQUIRED, option
+from judge_core.settings import REQUIRED, option
 from serving.judges import JudgeItem, Verdict
 
 from .data import EvalRow

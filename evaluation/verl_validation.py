@@ -3,7 +3,7 @@ validation prompt with its `input`, the greedy `output`, its ground truth `gts` 
 step: the accuracy and the format failures (the reward's `accuracy` and `format_ok` keys), and for a pairwise
 judge validated on both orders of its pairs (`data_prep offline --both-orders`) the position consistency: the
 share of pairs whose two verdicts name the same response (or are both tie), of those whose two verdicts parse.
-The two orders of a pair are found by their prompts (judge_rewards.protocol.templates.split_pairwise_prompt); a
+The two orders of a pair are found by their prompts (judge_core.protocol.templates.split_pairwise_prompt); a
 pairwise row whose other order is not in the file is counted as unpaired, never dropped unseen.
 """
 
@@ -17,7 +17,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 STEP_FILE = re.compile(r"(\d+)\.jsonl")
 ROW_KEYS = ("input", "output", "gts", "accuracy", "format_ok")

@@ -36,9 +36,10 @@ from typing import Any
 
 import httpx
 
+from judge_core.protocol import judge_api
+from judge_core.protocol.judge_api import JudgeItem
+
 from .circuit_breaker import CircuitBreaker, Permit
-from .protocol import judge_api
-from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
 from .reward_metrics import RewardMetrics
 

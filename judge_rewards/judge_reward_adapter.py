@@ -6,7 +6,7 @@
 
 Calls from any number of threads are coalesced into batched HTTP requests by one background worker
 (judge_client). Every reward says where it came from: `judge`, `cache`, or `rule_fallback` (the judge
-could not answer and judge_rewards.rules scored it; `error` says why). With `fallback_to_rule: false`
+could not answer and judge_core.rules scored it; `error` says why). With `fallback_to_rule: false`
 a judge failure raises JudgeUnavailableError instead. No request is dropped or silently scored 0.
 
 With `group_relative: true` (a pairwise judge, no reference answer needed) a batch's completions are grouped
@@ -32,9 +32,11 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from . import rules
+from judge_core import rules
+from judge_core.protocol.groups import GroupGatherer
+from judge_core.protocol.judge_api import JudgeItem, prompt_key
+
 from .judge_client import BatchingJudgeClient, GroupRequest, GroupResult, JudgeResult, JudgeUnavailableError
-from .protocol.judge_api import JudgeItem
 from .reward_config import JudgeRewardConfig
 from .reward_health import RewardHealth
 from .reward_metrics import RewardMetrics
@@ -65,7 +67,7 @@ class BaseJudgeReward:
         self._pool_lock = threading.Lock()
         self._fallback_warnings = _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S)
         self._health = RewardHealth(self.config, lambda: _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S))
-        self._gatherer = _GroupGatherer(self) if self.config.group_relative else None
+        self._gatherer = _GroupSender(self) if self.config.group_relative else None
         log.info("judge reward adapter: %s", self.config.redacted())
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
@@ -167,7 +169,7 @@ class BaseJudgeReward:
         self._metrics.count("total_requests", len(requests))
         groups: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
-            groups.setdefault(_prompt_key(request), []).append(index)
+            groups.setdefault(prompt_key(request.prompt), []).append(index)
         for indices in groups.values():
             if len(indices) < 2:
                 raise ValueError(
@@ -361,64 +363,46 @@ def _item(prompt, completion: str, answer: Any, answer_type: str | None) -> dict
     return {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
 
 
-def _prompt_key(request: JudgeItem) -> str:
-    return json.dumps(request.prompt, ensure_ascii=False, sort_keys=True)
-
-
 def _prompt_excerpt(request: JudgeItem) -> str:
-    text = request.prompt if isinstance(request.prompt, str) else _prompt_key(request)
+    text = request.prompt if isinstance(request.prompt, str) else prompt_key(request.prompt)
     return repr(text[:120])
 
 
 def _group_key(group: GroupRequest) -> str:
     """A group reward depends on every sibling: the cache keys on the whole group and its schedule."""
     return json.dumps(
-        ["group", group.prompt, group.completions, group.schedule, group.k, group.seed], ensure_ascii=False
+        ["group", prompt_key(group.prompt), group.completions, group.schedule, group.k, group.seed], ensure_ascii=False
     )
 
 
-class _GroupGatherer:
-    """Gathers per-sample calls into groups by prompt: a group is sent when it holds `group_size` samples, or
-    `group_window` seconds after its first sample (then with 2 or more; a lone sample gets the fallback, its
-    error naming the prompt). Thread-safe; callers on any event loop await their sample's reward."""
+class _GroupSender:
+    """Per-sample calls gathered into groups by prompt (judge_core.protocol.groups) and sent to /judge_group: a
+    group is sent when it holds `group_size` samples, or `group_window` seconds after its first sample (then with
+    2 or more; a lone sample gets the fallback, its error naming the prompt). Callers on any event loop or thread
+    await their sample's reward."""
 
     def __init__(self, system: BaseJudgeReward):
         self._system = system
-        self._lock = threading.Lock()
-        self._open: dict[str, _Gathering] = {}
+        size = system.config.group_size
+        self._gatherer = GroupGatherer(size, system.config.group_window, self._send_in_thread) if size else None
 
     async def areward(self, request: JudgeItem) -> dict:
-        size = self._system.config.group_size
-        if size is None:
+        if self._gatherer is None:
             raise ValueError(
                 "group_relative reward: a per-sample caller needs group_size (the rollout's n, e.g. "
                 "actor_rollout_ref.rollout.n) to gather a prompt's completions into a group"
             )
         future: concurrent.futures.Future = concurrent.futures.Future()
-        key = _prompt_key(request)
-        with self._lock:
-            gathering = self._open.get(key)
-            if gathering is None:
-                gathering = self._open[key] = _Gathering()
-                gathering.timer = threading.Timer(self._system.config.group_window, self._send, (key, gathering))
-                gathering.timer.daemon = True
-                gathering.timer.start()
-            gathering.samples.append((request, future))
-            full = len(gathering.samples) >= size
-        if full:  # judged in a thread of its own: the caller's loop must not block, nor a shared pool fill up
-            threading.Thread(target=self._send, args=(key, gathering), daemon=True).start()
+        self._gatherer.add(prompt_key(request.prompt), (request, future))
         return await asyncio.wrap_future(future)
 
-    def _send(self, key: str, gathering: _Gathering) -> None:
-        """Judge `gathering` (at most once) and settle its samples' futures with their reward dicts."""
-        with self._lock:
-            if gathering.sent:
-                return
-            gathering.sent = True
-            if self._open.get(key) is gathering:
-                del self._open[key]
-        gathering.timer.cancel()
-        requests = [request for request, _ in gathering.samples]
+    def _send_in_thread(self, samples: list) -> None:
+        """Judged in a thread of its own: the caller's loop must not block, nor a shared pool fill up."""
+        threading.Thread(target=self._send, args=(samples,), daemon=True).start()
+
+    def _send(self, samples: list) -> None:
+        """Judge the gathered `samples` and settle their futures with their reward dicts."""
+        requests = [request for request, _ in samples]
         if len(requests) < 2:
             err = JudgeUnavailableError(
                 f"group_relative reward: only 1 completion of the prompt {_prompt_excerpt(requests[0])} arrived within "
@@ -428,7 +412,7 @@ class _GroupGatherer:
             outcomes = [err]
         else:
             outcomes = self._system.reward_groups([dataclasses.asdict(r) for r in requests], return_exceptions=True)
-        for (request, future), outcome in zip(gathering.samples, outcomes, strict=True):
+        for (request, future), outcome in zip(samples, outcomes, strict=True):
             try:
                 if isinstance(outcome, JudgeUnavailableError) and len(requests) < 2:
                     outcome = {**self._system._judge_failed(request, outcome), "comparisons": 0, "failed": 0}
@@ -438,13 +422,6 @@ class _GroupGatherer:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-
-
-@dataclasses.dataclass
-class _Gathering:
-    samples: list = dataclasses.field(default_factory=list)
-    timer: threading.Timer | None = None
-    sent: bool = False
 
 
 def rule_fallback(request: JudgeItem, err: JudgeUnavailableError) -> dict:

@@ -8,7 +8,7 @@ threads' calls share one adapter per process, which batches them. The judge sett
 environment variables (JUDGE_MODEL_URL, JUDGE_MODEL_API_KEY, JUDGE_MAX_BATCH_SIZE, JUDGE_MAX_CONCURRENT) and, for
 any other key, JUDGE_REWARD_CONFIG: a JSON object of adapter settings, e.g. '{"fallback_to_rule": false}'.
 
-Prompt and response are recovered from `queries` and `prompts` as plain text (judge_rewards.protocol.chat_markup),
+Prompt and response are recovered from `queries` and `prompts` as plain text (judge_core.protocol.chat_markup),
 `labels` are the reference answers. The answer has OpenRLHF's shape: `rewards` and `scores` (the same values), and
 in `extra_logs` the numeric flags `judge_rule_fallback` and `judge_from_cache` per sample. A sample that cannot be
 recovered, or that neither the judge nor the rules can score, raises with the reason: OpenRLHF logs it and the
@@ -21,8 +21,8 @@ import json
 import os
 import threading
 
+from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_rewards.judge_reward_adapter import SOURCE_CACHE, SOURCE_RULE_FALLBACK, JudgeRewardSystem
-from judge_rewards.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_rewards.reward_config import ConfigError
 
 CONFIG_ENV = "JUDGE_REWARD_CONFIG"

@@ -9,7 +9,7 @@ Where a value comes from, first match wins:
   3. the default.
 Strings (from the environment or a YAML) are cast to the field's type; a bad value raises
 `ConfigError` naming the key and where the value came from. The keys are declared as settings
-(judge_rewards.settings.option: help text, environment variable, secret) and read from there.
+(judge_core.settings.option: help text, environment variable, secret) and read from there.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .settings import option, setting_types
+from judge_core.settings import option, setting_types
 
 GROUP_SCHEDULES = ("all_pairs", "k_random")
 
@@ -50,7 +50,7 @@ class JudgeRewardConfig:
     timeout: float = option(30.0, "seconds one HTTP attempt may take")
     fallback_to_rule: bool = option(
         True,
-        "score with judge_rewards.rules (source rule_fallback) when the judge cannot answer; "
+        "score with judge_core.rules (source rule_fallback) when the judge cannot answer; "
         "else raise JudgeUnavailableError",
     )
     max_retries: int = option(

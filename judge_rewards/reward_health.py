@@ -13,7 +13,7 @@ rewards are computed. Each is a float (NaN while the window holds too little to 
     health_length_rank_corr     within-group Spearman correlation of reward with answer length (characters),
                                 averaged over groups where both vary (NaN below 8 such groups): near +1, longer
                                 answers win in every group
-    health_judge_rule_agreement share of judged rewards that agree with judge_rewards.rules on the reference answer
+    health_judge_rule_agreement share of judged rewards that agree with judge_core.rules on the reference answer
                                 (both >= 0.5 or both < 0.5), over rewards that have a reference the rules can score
     health_rule_accuracy        the rules' mean score of those same answers: an independent check the judge never sees
     health_rule_pairs           pairs of one rule-right and one rule-wrong answer to the same prompt in the window
@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import rules
-from .protocol.judge_api import JudgeItem
+from judge_core import rules
+from judge_core.protocol.judge_api import JudgeItem
 
 HISTOGRAM_BUCKETS = 10
 TIE_TOLERANCE = 1e-6

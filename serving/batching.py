@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from judge_core.protocol.judge_api import prompt_key
+
 from .judges import ComparisonItem, JudgeItem, Verdict
-from .judges.base import prompt_key
 
 log = logging.getLogger(__name__)
 

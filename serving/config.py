@@ -1,4 +1,4 @@
-"""Typed configuration of the judge server: every field is a setting (judge_rewards.settings) carrying its help
+"""Typed configuration of the judge server: every field is a setting (judge_core.settings) carrying its help
 text, so `python -m serving`, `python -m serving.ray_serve` and `python -m evaluation` get the same flags from it.
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from judge_rewards.settings import option, require
+from judge_core.settings import option, require
 
 JUDGE_CHOICES = ("scalar", "generative", "rule")
 BACKEND_CHOICES = ("auto", "transformers", "vllm")

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from judge_core.protocol import groups
 
 from .judges.base import Verdict
 
@@ -90,43 +92,40 @@ def _failure_summary(failures: list[str], answered: int) -> str | None:
 
 class GroupGatherer:
     """Gathers the one-sample rewards requests of a GRPO group (OpenRLHF's remote reward model sends each
-    rollout's samples as they finish) by prompt: a group is scored once `size` completions of its prompt have
-    arrived, or `window_s` after its first one, from what arrived then. A completion left alone has no siblings to
-    be compared with: its reward fails (GroupTooSmall), never a made-up 0.5. A gathered request waits at most
-    window_s longer than its group's comparisons take."""
+    rollout's samples as they finish) by prompt, as the client does (judge_core.protocol.groups): a group is scored
+    once `size` completions of its prompt have arrived, or `window_s` after its first one, from what arrived then.
+    A completion left alone has no siblings to be compared with: its reward fails (GroupTooSmall), never a made-up
+    0.5. A gathered request waits at most window_s longer than its group's comparisons take. Used on one event
+    loop."""
 
     def __init__(self, size: int, window_s: float, score_group):
         """`score_group(prompt, completions)`: awaitable of their CompletionRewards."""
         self._size, self._window_s, self._score_group = size, window_s, score_group
-        self._open: dict[str, _OpenGroup] = {}
+        self._gatherer: groups.GroupGatherer | None = None  # made on the loop that serves the first request
+        self._scoring: set[asyncio.Future] = set()  # kept referenced until done
 
     async def reward(self, key: str, prompt, completion: str) -> tuple[CompletionReward, int]:
         """The completion's reward and the size of the group it was scored in."""
         loop = asyncio.get_running_loop()
-        group = self._open.get(key)
-        if group is None:
-            group = self._open[key] = _OpenGroup(prompt)
-            group.timer = loop.call_later(self._window_s, self._close, key, group)
+        if self._gatherer is None:
+            self._gatherer = groups.GroupGatherer(self._size, self._window_s, self._start, start_timer=loop.call_later)
         answer = loop.create_future()
-        group.members.append((completion, answer))
-        if len(group.members) == self._size:
-            self._close(key, group)
+        self._gatherer.add(key, (prompt, completion, answer))
         return await answer
 
-    def _close(self, key: str, group: _OpenGroup) -> None:
-        if self._open.get(key) is group:
-            del self._open[key]
-            group.timer.cancel()
-            group.scoring = asyncio.ensure_future(self._score(group))
+    def _start(self, members: list) -> None:
+        scoring = asyncio.ensure_future(self._score(members))
+        self._scoring.add(scoring)
+        scoring.add_done_callback(self._scoring.discard)
 
-    async def _score(self, group: _OpenGroup) -> None:
-        answers = [answer for _, answer in group.members]
+    async def _score(self, members: list) -> None:
+        answers = [answer for _, _, answer in members]
         if len(answers) < 2:
             error = GroupTooSmall(f"no sibling of this prompt arrived within {self._window_s}s to compare it with")
             _settle(answers, error=error)
             return
         try:
-            rewards = await self._score_group(group.prompt, [completion for completion, _ in group.members])
+            rewards = await self._score_group(members[0][0], [completion for _, completion, _ in members])
         except Exception as err:  # noqa: BLE001  (every waiting request gets the failure)
             _settle(answers, error=err)
             return
@@ -135,14 +134,6 @@ class GroupGatherer:
 
 class GroupTooSmall(RuntimeError):
     """A gathered completion had no sibling to be compared with."""
-
-
-@dataclass
-class _OpenGroup:
-    prompt: object
-    members: list = field(default_factory=list)  # (completion, future of its reward)
-    timer: asyncio.TimerHandle | None = None
-    scoring: asyncio.Future | None = None  # kept referenced until done
 
 
 def _settle(answers: list[asyncio.Future], results: list | None = None, error: Exception | None = None) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ray import serve
 
-from judge_rewards.settings import option, parse_configs, require
+from judge_core.settings import option, parse_configs, require
 
 from .app import build_app
 from .batching import score_isolating_failures

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
-from judge_rewards.protocol.chat_markup import RolloutTextError, split_rollout
-from judge_rewards.protocol.judge_api import answer_text, scalar_text
+from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
+from judge_core.protocol.judge_api import answer_text, scalar_text
 
 from .judges import ComparisonItem, JudgeItem, Verdict
 
@@ -257,7 +257,7 @@ class OpenRLHFRewardRequest(BaseModel):
         return self
 
     def judge_requests(self) -> list[JudgeRequest | str]:
-        """Per sample, the judge request (prompt and response recovered as plain text, judge_rewards.protocol.
+        """Per sample, the judge request (prompt and response recovered as plain text, judge_core.protocol.
         chat_markup; the label as the reference answer), or why there is none."""
         labels = self.labels or [None] * len(self.query)
         requests = []

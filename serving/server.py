@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from judge_rewards.settings import parse_configs
+from judge_core.settings import parse_configs
 
 from .app import build_app
 from .batching import DynamicBatcher

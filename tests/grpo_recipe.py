@@ -1,6 +1,6 @@
 """Helpers of the GRPO recipe tests (judges and the policy): run the launchers through bash as a user would or
 their Python side in process, start a Ray head, and build verl RL parquet in the format data_prep writes
-(prompt built by judge_rewards.protocol.templates, JSON ground truth)."""
+(prompt built by judge_core.protocol.templates, JSON ground truth)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from omegaconf import DictConfig
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from tests.conftest import REPO_ROOT
 from tests.launcher_helpers import composed
 from tests.launcher_helpers import launcher_env as recipe_env

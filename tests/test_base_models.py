@@ -1,7 +1,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from judge_rewards.protocol.templates import pointwise_messages
+from judge_core.protocol.templates import pointwise_messages
 
 
 def test_tiny_model_loads_and_generates(tiny_model_dir):

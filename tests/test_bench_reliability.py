@@ -17,8 +17,9 @@ from benchmarks.fuzz_client import fuzz_client
 from benchmarks.fuzz_parsers import fuzz_parsers, parser_targets
 from benchmarks.reliability import RestartableJudge
 from benchmarks.train_through_judge_failure import dump_sources
-from judge_rewards import JudgeRewardSystem, grpo_rewards
-from judge_rewards.protocol import templates
+from judge_core import grpo_rewards
+from judge_core.protocol import templates
+from judge_rewards import JudgeRewardSystem
 
 LIMITS = ApiLimits()
 

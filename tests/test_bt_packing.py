@@ -1,4 +1,4 @@
-"""Packed Bradley-Terry forwards (training/packing.py, on serving/judges/packing.py) against the unpacked model
+"""Packed Bradley-Terry forwards (training/packing.py, on judge_models/packing.py) against the unpacked model
 on the tiny judge.
 
 The reference is `padded_rewards`, the reward every other path reads (test_scalar_reward_paths.py checks it
@@ -14,9 +14,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from judge_rewards.protocol import templates
-from serving.judges import packing as judge_packing
-from serving.judges.scalar_model import padded_rewards, right_padded
+from judge_core.protocol import templates
+from judge_models import packing as judge_packing
+from judge_models.scalar_model import padded_rewards, right_padded
 from training import bt_trainer, packing
 
 TOLERANCE = 1e-4  # fp32; packed and unpacked rewards of the tiny model differ by about 1e-7

@@ -9,7 +9,7 @@ import pytest
 
 from data_prep import cli, helpsteer2, outputs
 from data_prep.records import DataError, UsageError
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 MULTI_TURN = "Hi there\n<extra_id_1>Assistant\nHello! How can I help?\n<extra_id_1>User\nName a primary color."
 MULTI_TURN_MESSAGES = [

@@ -13,8 +13,8 @@ from data_prep import cli, offline, outputs
 from data_prep.offline_facts import CATEGORIES
 from data_prep.records import UsageError
 from evaluation.data import load_rows as load_eval_rows
-from judge_rewards import grpo_rewards
-from judge_rewards.protocol import templates
+from judge_core import grpo_rewards
+from judge_core.protocol import templates
 
 SMALL = offline.OfflineConfig(train_size=200, val_size=40, eval_size=50, seed=3)
 FILES = [

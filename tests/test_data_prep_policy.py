@@ -11,7 +11,8 @@ from transformers import AutoTokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from data_prep import offline, outputs
-from judge_rewards import rules, verl_reward
+from judge_core import rules
+from judge_rewards import verl_reward
 from tests.support.servers import free_port
 from tests.test_data_prep_offline import QUESTIONS
 

@@ -11,7 +11,7 @@ import pytest
 from data_prep import cli, rewardbench2
 from data_prep.records import DataError, read_records
 from evaluation.data import load_rows as load_eval_rows
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus")
 METADATA = pa.struct([("category", pa.string()), ("index", pa.float64()), ("models", pa.list_(pa.string()))])

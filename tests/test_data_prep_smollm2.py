@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from data_prep import offline
-from serving.judges.packing import LAYOUT_KWARG, pack_groups, shared_prefix_length, use_packed_attention
+from judge_models.packing import LAYOUT_KWARG, pack_groups, shared_prefix_length, use_packed_attention
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +44,7 @@ def test_smollm2_answers_a_capital_question(smollm2):
 
 def answer_log_likelihoods(tokenizer, model, questions: list[tuple[str, list[str]]]) -> list[list[float]]:
     """Per (question, answers), each answer's mean log-probability per token, its end-of-turn token included.
-    A question's answers are packed after it (serving.judges.packing): its tokens are computed once, as the
+    A question's answers are packed after it (judge_models.packing): its tokens are computed once, as the
     unpacked sequences would compute them."""
     user = [[{"role": "user", "content": question}] for question, _ in questions]
     prompt_lengths = [len(tokenizer.apply_chat_template(turn, add_generation_prompt=True)) for turn in user]

@@ -13,7 +13,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from data_prep import helpsteer2, offline, rewardbench2
 from data_prep.records import read_records
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from tests import test_data_prep_helpsteer2 as hs2_standin
 from tests import test_data_prep_rewardbench2 as rb2_standin
 

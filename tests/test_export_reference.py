@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from transformers import AutoModelForCausalLM
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from tests.support.models import verl_checkpoint
 from training import export
 

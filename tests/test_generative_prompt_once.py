@@ -14,11 +14,11 @@ import random
 
 import pytest
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
+from judge_models.packing import prefix_groups
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from serving.judges.generative import MIN_SHARED_PREFIX_TOKENS, TransformersGenerator
-from serving.judges.packing import prefix_groups
 from tests.test_serving_generative import POINTWISE_SCRIPT, SPLIT_SCORE, build_script_judge
 from tests.test_serving_pairwise import PAIRWISE_SCRIPT
 from tests.test_serving_scalar import WORDS

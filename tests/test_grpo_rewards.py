@@ -3,7 +3,7 @@ adversarial answers cannot earn more than an honest one, and every sample report
 
 import pytest
 
-from judge_rewards.grpo_rewards import (
+from judge_core.grpo_rewards import (
     FORMAT_FAILURE_REWARD,
     MISSING_THINK_PENALTY,
     REWARD_KEYS,
@@ -11,7 +11,7 @@ from judge_rewards.grpo_rewards import (
     compute_pointwise_recall_score,
     compute_pointwise_score,
 )
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 
 def pointwise(answer: str, label: int) -> dict:

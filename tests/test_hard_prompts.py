@@ -11,7 +11,7 @@ import pytest
 
 from data_prep import offline
 from evaluation import hard_prompts
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from tests.conftest import REPO_ROOT
 
 

@@ -3,7 +3,7 @@ from fractions import Fraction
 
 import pytest
 
-from judge_rewards.protocol.judge_api import (
+from judge_core.protocol.judge_api import (
     JudgeItem,
     MalformedAnswer,
     answer_text,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from judge_rewards.protocol.judge_spec import (
+from judge_core.protocol.judge_spec import (
     JudgeSpec,
     kind_from_architectures,
     load_judge_spec,

@@ -1,11 +1,15 @@
 """The packages import one way, and the judge client installs and runs without the training and serving stack.
 
-Layers, lowest first; a layer imports only the layers below it (LAYERS is the one table of what may import what):
+Floors, lowest first; a floor imports only the floors below it (LAYERS is the one table of what may import what):
 
-    judge_rewards.protocol   stdlib only
-    judge_rewards            the client: base dependencies of pyproject.toml
-    data_prep, serving       on judge_rewards
-    evaluation, training     on serving and judge_rewards
+    judge_core.protocol      stdlib only: judge templates and parsers, the wire format, judge.json
+    judge_core               the shared base: settings, the rule scorer, the GRPO rewards
+    judge_rewards            the reward client (adapter, HTTP client, breaker, health, trainer hooks)
+    judge_models             the model code training and serving share (torch, transformers)
+    data_prep                on judge_core
+    serving                  the HTTP server, on judge_models and judge_core
+    training                 on judge_models, judge_rewards and judge_core; never on serving
+    evaluation               on serving, judge_models, judge_rewards and judge_core
 
 Imports are read from the source (every `import` statement, also those inside functions); modules imported
 by a computed name (importlib.import_module) are not seen.
@@ -28,8 +32,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PROTOCOL = "judge_rewards.protocol"
+PROTOCOL = "judge_core.protocol"
+CORE = "judge_core"
 CLIENT = "judge_rewards"
+MODELS = "judge_models"
 STDLIB_ONLY = None
 
 
@@ -39,13 +45,16 @@ class Layer(NamedTuple):
     optional_extras: tuple[str, ...] = ()  # extras of optional features
 
 
+BASE = frozenset({PROTOCOL, CORE})
 LAYERS = {
     PROTOCOL: Layer(frozenset(), STDLIB_ONLY),
-    CLIENT: Layer(frozenset({PROTOCOL}), ()),
-    "data_prep": Layer(frozenset({PROTOCOL, CLIENT}), ("train",)),
-    "serving": Layer(frozenset({PROTOCOL, CLIENT}), ("serve",), optional_extras=("gpu",)),  # gpu: vLLM backend
-    "evaluation": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("eval",), optional_extras=("gpu",)),  # vLLM sampling
-    "training": Layer(frozenset({PROTOCOL, CLIENT, "serving"}), ("train",), optional_extras=("gpu",)),  # flash-attn
+    CORE: Layer(frozenset({PROTOCOL}), ()),
+    CLIENT: Layer(BASE, ()),
+    MODELS: Layer(BASE, ("serve",), optional_extras=("gpu",)),  # flash-attn
+    "data_prep": Layer(BASE, ("train",)),
+    "serving": Layer(BASE | {MODELS}, ("serve",), optional_extras=("gpu",)),  # gpu: vLLM backend
+    "training": Layer(BASE | {CLIENT, MODELS}, ("train",), optional_extras=("gpu",)),  # flash-attn
+    "evaluation": Layer(BASE | {CLIENT, MODELS, "serving"}, ("eval",), optional_extras=("gpu",)),  # vLLM sampling
 }
 NOT_PRODUCTS = ("tests", "benchmarks")  # first-party code that no product package may import
 FIRST_PARTY = {name.partition(".")[0] for name in LAYERS} | set(NOT_PRODUCTS)
@@ -145,6 +154,54 @@ def test_every_package_imports_only_the_layers_below_it():
     assert not violations, "imports against the layering (see LAYERS):\n" + "\n".join(violations)
 
 
+def test_the_floors_are_ordered_and_training_never_imports_serving():
+    """LAYERS lists each floor after every floor it may import (so no circle between floors), and the model
+    code training needs lives below serving, not in it."""
+    order = list(LAYERS)
+    assert [
+        name for name in order if any(order.index(below) > order.index(name) for below in LAYERS[name].may_import)
+    ] == []
+    assert "serving" not in LAYERS["training"].may_import
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each product module's first-party imports, as modules: `from package import name` counts as importing
+    package.name where that is a module (a package's submodule), else the package."""
+    modules = dict(product_modules())
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = (
+                    importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                    if node.level
+                    else node.module
+                )
+                submodules = {f"{base}.{alias.name}" for alias in node.names} & modules.keys()
+                imported |= submodules or {base}
+        graph[module] = {name for name in imported if name in modules and name != module}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    graph, cycles = module_graph(), []
+    for start in graph:
+        pending, seen = [(start, (start,))], set()
+        while pending:
+            module, trail = pending.pop()
+            for imported in graph[module]:
+                if imported == start:
+                    cycles.append(" -> ".join((*trail, start)))
+                elif imported not in seen:
+                    seen.add(imported)
+                    pending.append((imported, (*trail, imported)))
+    assert cycles == [], "import circles:\n" + "\n".join(sorted(set(cycles)))
+
+
 def test_the_protocol_uses_the_standard_library_only():
     assert not list(third_party_imports(PROTOCOL))
 
@@ -199,8 +256,9 @@ class NotInstalled(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NotInstalled())
 
 from judge_rewards import JudgeRewardSystem
-from judge_rewards import grpo_rewards, verl_reward
-from judge_rewards.protocol import judge_api, judge_spec, templates
+from judge_core import grpo_rewards
+from judge_rewards import verl_reward
+from judge_core.protocol import judge_api, judge_spec, templates
 from tests.reward_adapter_servers import FaultyJudgeServer
 from tests.support.servers import free_port
 

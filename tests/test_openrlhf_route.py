@@ -1,5 +1,5 @@
 """The judge server's /openrlhf/reward route (OpenRLHF's remote reward protocol) and the rollout text recovery
-behind it (judge_rewards.protocol.chat_markup), with the real app and rule judge in process; the judge's
+behind it (judge_core.protocol.chat_markup), with the real app and rule judge in process; the judge's
 received items are recorded. OpenRLHF's own client code drives the route in
 tests/frameworks/test_openrlhf_remote_reward.py (openrlhf-0.11.0 environment)."""
 
@@ -10,7 +10,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from judge_rewards.protocol.chat_markup import RolloutTextError, split_rollout
+from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_rewards.reward_config import ConfigError
 from serving.config import JudgeConfig, ServingConfig
 from serving.judges import load_judge

@@ -1,4 +1,4 @@
-"""The pairwise verdict tie, end to end: the prompt that offers it and its parser (judge_rewards.protocol.templates),
+"""The pairwise verdict tie, end to end: the prompt that offers it and its parser (judge_core.protocol.templates),
 the GRPO reward of a tie label, `data_prep offline --pairwise-tie-share`, the export that records it in judge.json
 (`pairwise_ties`), the judge server that offers it and scores a tie half (on a tiny real model scripted to known
 probabilities), and the position consistency of verl's validation dumps."""
@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM
 from data_prep import offline, outputs
 from data_prep.records import UsageError
 from evaluation.verl_validation import read_step
-from judge_rewards.grpo_rewards import compute_pairwise_score
-from judge_rewards.protocol import templates
+from judge_core.grpo_rewards import compute_pairwise_score
+from judge_core.protocol import templates
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from tests.support.models import verl_checkpoint

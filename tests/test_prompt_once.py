@@ -1,4 +1,4 @@
-"""Prompt-once scoring (serving/judges/packing.py, scalar_model.TransformersEngine) against today's padded
+"""Prompt-once scoring (judge_models/packing.py, scalar_model.TransformersEngine) against today's padded
 forwards, on the tiny Bradley-Terry and multi-attribute judges.
 
 Judge inputs mix shared and unshared prompts (groups of 1 to 5), text and multi-turn prompts, short and long
@@ -14,11 +14,11 @@ import dataclasses
 import pytest
 import torch
 
-from judge_rewards.protocol import templates
-from serving.judges import packing
+from judge_core.protocol import templates
+from judge_models import packing
+from judge_models.scalar_model import TransformersEngine
 from serving.judges.base import JudgeItem
 from serving.judges.scalar import prompt_groups
-from serving.judges.scalar_model import TransformersEngine
 from tests.support.models import build_attribute_judge
 
 TOLERANCE = 1e-4  # fp32; packed and padded outputs of the tiny model differ by about 1e-7

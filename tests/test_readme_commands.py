@@ -392,7 +392,7 @@ def test_the_offline_data_command_writes_the_policy_data(offline_data):
 @pytest.fixture(scope="module")
 def generative_judge_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """The tiny model as an (untrained) generative pointwise judge."""
-    from judge_rewards.protocol.judge_spec import JudgeSpec
+    from judge_core.protocol.judge_spec import JudgeSpec
 
     out = tmp_path_factory.mktemp("generative_judge") / "judge"
     shutil.copytree(tiny_model_dir, out)

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, sigmoid
+from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, sigmoid
 from tests.launcher_helpers import (
     ATTRIBUTE_LAUNCHER,
     arithmetic_conversations,

@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from judge_rewards.protocol.judge_spec import sigmoid
+from judge_core.protocol.judge_spec import sigmoid
 from tests.launcher_helpers import BT_LAUNCHER, judge_spec, logged_metrics, run_launcher, write_pair_files
 from tests.reward_adapter_servers import make_system
 from tests.support.servers import start_server

@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from judge_rewards.grpo_rewards import REWARD_KEYS
+from judge_core.grpo_rewards import REWARD_KEYS
+from judge_core.protocol import templates
 from judge_rewards.judge_client import JudgeUnavailableError
-from judge_rewards.protocol import templates
 from serving.judges.pairwise import NO_REFERENCE
 from tests.grpo_recipe import (
     COOKBOOK,
@@ -113,7 +113,7 @@ def assert_trained_with_our_rewards(save_dir: Path) -> dict[int, dict[str, float
     steps = logged_metrics((save_dir / "launch" / "train.log").read_text())
     assert sorted(steps) == [1, 2]
     validation = {key for key in steps[2] if key.startswith("val-aux/")}
-    # Only judge_rewards.grpo_rewards emits these keys: verl called our function.
+    # Only judge_core.grpo_rewards emits these keys: verl called our function.
     assert validation >= {f"val-aux/{DATA_SOURCE}/{key}/mean@1" for key in REWARD_KEYS}
     assert any(step["critic/score/max"] > step["critic/score/min"] for step in steps.values()), steps
     assert any(step["critic/advantages/max"] > 0 for step in steps.values())

@@ -218,7 +218,7 @@ def test_gpu_config_uses_vllm_and_the_recipe_fixes(data_files, monkeypatch):
         "trainer.critic_warmup": 0,
         "reward_model.enable": False,
         "reward_model.reward_manager": "naive",
-        "custom_reward_function.path": str(REPO_ROOT / "judge_rewards" / "grpo_rewards.py"),
+        "custom_reward_function.path": str(REPO_ROOT / "judge_core" / "grpo_rewards.py"),
         "custom_reward_function.name": REWARD_FUNCTIONS["pointwise"],
         "actor_rollout_ref.model.lora_rank": 0,
     }

@@ -108,7 +108,7 @@ def test_the_exported_causal_lm_gives_the_trained_models_loss(runs, message_file
 def test_the_exported_judge_generates_with_its_chat_template(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judge_rewards.protocol import templates
+    from judge_core.protocol import templates
 
     model_dir = runs[2][0] / "hf"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -120,7 +120,7 @@ def test_every_setting_has_a_line_of_help():
 
 def test_importing_templates_does_not_import_the_http_client():
     code = (
-        "import sys, judge_rewards.protocol.templates, judge_rewards.rules; "
+        "import sys, judge_core.protocol.templates, judge_core.rules; "
         "assert 'httpx' not in sys.modules, 'httpx imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from judge_core.protocol.judge_api import JudgeItem
 from judge_rewards import JudgeRewardConfig, JudgeUnavailableError, judge_client
 from judge_rewards.judge_client import BatchingJudgeClient
-from judge_rewards.protocol.judge_api import JudgeItem
 from judge_rewards.reward_metrics import RewardMetrics
 from tests.reward_adapter_servers import FaultyJudgeServer, item, make_system
 

@@ -109,6 +109,25 @@ def test_per_sample_calls_are_gathered_into_groups_by_prompt(longer):
     assert len(longer.bodies) == 2  # full groups go out without waiting for the window
 
 
+def test_a_text_prompt_and_the_same_prompt_as_one_user_turn_are_one_group(longer):
+    """The client keys a prompt as the server does (judge_core.protocol.judge_api.prompt_key): in a batch and
+    when gathering per-sample calls alike."""
+
+    def user_turn(text: str) -> list[dict]:
+        return [{"role": "user", "content": text}]
+
+    async def rollouts(system):
+        return await asyncio.gather(system.areward("P2", "cc"), system.areward(user_turn("P2"), "d"))
+
+    batch = [{"prompt": "P1", "completion": "a"}, {"prompt": user_turn("P1"), "completion": "bbb"}]
+    with make_system(longer.url, group_relative=True, api_key="secret", group_size=2, group_window=30) as system:
+        batched = system.reward_batch(batch)
+        gathered = asyncio.run(asyncio.wait_for(rollouts(system), 20))
+    assert [r["reward"] for r in batched] == [0.0, 1.0]
+    assert [r["reward"] for r in gathered] == [1.0, 0.0]
+    assert len(longer.bodies) == 2
+
+
 def test_a_partial_group_goes_out_after_the_window_and_a_lone_sample_falls_back(longer):
     async def rollouts(system):
         return await asyncio.gather(

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from judge_rewards.protocol.judge_api import JudgeItem
+from judge_core.protocol.judge_api import JudgeItem
 from judge_rewards.reward_config import JudgeRewardConfig
 from judge_rewards.reward_health import Observation, RewardHealth, figures_of, rule_pair_accuracy, spearman
 from tests.conftest import REPO_ROOT

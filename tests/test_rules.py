@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from judge_rewards.rules import (
+from judge_core.rules import (
     ANSWER_TYPES,
     NoReferenceAnswer,
     last_boxed,

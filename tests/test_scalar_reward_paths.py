@@ -15,13 +15,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_api import JudgeItem
-from judge_rewards.protocol.judge_spec import load_judge_spec
+from judge_core.protocol import templates
+from judge_core.protocol.judge_api import JudgeItem
+from judge_core.protocol.judge_spec import load_judge_spec
+from judge_models import packing
+from judge_models.scalar_model import padded_rewards, right_padded
 from serving.config import JudgeConfig
-from serving.judges import packing
 from serving.judges.scalar import ScalarJudge
-from serving.judges.scalar_model import padded_rewards, right_padded
 from training import bt_trainer, export
 
 TOLERANCE = 1e-5  # fp32 rewards of the same tokens, padded or not, differ by about 1e-7

@@ -12,8 +12,8 @@ import sys
 import httpx
 import pytest
 
-from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, JudgeSpec
+from judge_core.protocol import templates
+from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, JudgeSpec
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from tests.reward_adapter_servers import make_system

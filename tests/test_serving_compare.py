@@ -11,7 +11,7 @@ import shutil
 import httpx
 import pytest
 
-from judge_rewards.protocol.judge_spec import JudgeSpec
+from judge_core.protocol.judge_spec import JudgeSpec
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from serving.judges.generative import GenerativeJudge

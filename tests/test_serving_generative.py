@@ -15,7 +15,7 @@ import shutil
 import httpx
 import pytest
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from serving.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from serving.judges.generative import NO_REFERENCE

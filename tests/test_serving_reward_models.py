@@ -16,7 +16,7 @@ import httpx
 import pytest
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from judge_rewards.protocol.judge_spec import JudgeSpec
+from judge_core.protocol.judge_spec import JudgeSpec
 from serving.config import JudgeConfig
 from serving.judges import load_judge
 from serving.judges.hf import bos_handling

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from tests.support.servers import start_server
 
 MAX_TEXT_CHARS = 5000

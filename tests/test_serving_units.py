@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from judge_models.padding import length_groups
 from serving.batching import DynamicBatcher, QueueFull, score_isolating_failures
 from serving.config import JudgeConfig, ServingConfig
 from serving.judges import BackendUnavailable, ComparisonItem, JudgeItem, Verdict, load_judge
-from serving.judges.base import length_groups
 from serving.server import parse_arguments, serve
 from tests.support.models import save_successor_judge
 
@@ -27,7 +27,7 @@ def build_rigged_generative_judge(tiny_model_dir, out_dir):
     chain from the prompt's last token to the end of the turn maps to the next (save_successor_judge)."""
     from transformers import AutoTokenizer
 
-    from judge_rewards.protocol import templates
+    from judge_core.protocol import templates
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.add_tokens(["<think>", "</think>", "<score>", "</score>"])
@@ -237,7 +237,7 @@ def test_max_model_len_shorter_than_max_input_tokens_is_refused():
 
 def test_the_readme_documents_every_flag():
     import serving
-    from judge_rewards.settings import add_arguments
+    from judge_core.settings import add_arguments
     from serving.config import HttpConfig
     from serving.ray_serve import RayConfig
 

@@ -1,4 +1,4 @@
-"""judge_rewards.settings: a command's flags come from its typed config dataclasses (help, default, type, env
+"""judge_core.settings: a command's flags come from its typed config dataclasses (help, default, type, env
 variable, choices, positional and required arguments, subcommands), and every command documents its flags."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_rewards.settings import (
+from judge_core.settings import (
     REQUIRED,
     Command,
     add_arguments,
@@ -145,9 +145,9 @@ def test_a_refused_value_exits_with_the_subcommands_usage(capsys):
 
 def test_the_settings_module_imports_only_the_standard_library():
     code = (
-        "import sys, judge_rewards.settings; "
+        "import sys, judge_core.settings; "
         "outside = {name.split('.')[0] for name in sys.modules} - set(sys.stdlib_module_names); "
-        "assert outside == {'__main__', 'judge_rewards'}, sorted(outside)"
+        "assert outside == {'__main__', 'judge_core'}, sorted(outside)"
     )
     # -S: no site-packages at all, so a third-party import fails even where it is installed
     subprocess.run([sys.executable, "-S", "-c", code], check=True, cwd=REPO_ROOT)

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judge_rewards.protocol import templates as t
+from judge_core.protocol import templates as t
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from evaluation.judge_curves import OUTPUT, main
 from evaluation.verl_validation import read_step, read_validation
-from judge_rewards.grpo_rewards import REWARD_KEYS, compute_pairwise_score, compute_pointwise_score
-from judge_rewards.protocol import templates
+from judge_core.grpo_rewards import REWARD_KEYS, compute_pairwise_score, compute_pointwise_score
+from judge_core.protocol import templates
 from tests.test_evaluate_run import ROWS, LengthJudge
 from tests.test_judge_curves import evaluated
 

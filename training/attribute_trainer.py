@@ -26,9 +26,9 @@ import hydra
 import torch
 from tensordict import TensorDict
 
-from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_spec import ATTRIBUTE_MAX
-from serving.judges.scalar_model import padded_outputs, right_padded
+from judge_core.protocol import templates
+from judge_core.protocol.judge_spec import ATTRIBUTE_MAX
+from judge_models.scalar_model import padded_outputs, right_padded
 from training.attributes import check_names
 from training.scalar_head_trainer import (
     ScalarHeadTrainer,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from judge_rewards.protocol.judge_spec import (
+from judge_core.protocol.judge_spec import (
     HELPSTEER2_ATTRIBUTE_WEIGHTS,
     check_attribute_weights,
     parse_attribute_weights,

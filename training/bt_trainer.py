@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from judge_rewards.protocol import templates
-from serving.judges.packing import PackedRow, use_packed_attention
-from serving.judges.scalar_model import padded_rewards, right_padded
+from judge_core.protocol import templates
+from judge_models.packing import PackedRow, use_packed_attention
+from judge_models.scalar_model import padded_rewards, right_padded
 from training import packing
 from training.scalar_head_trainer import (
     ScalarHeadTrainer,

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
-from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
-from judge_rewards.settings import REQUIRED, Command, option, run_command
+from judge_core.protocol import templates
+from judge_core.protocol.judge_spec import PROMPT_FORMATS, SPEC_FILE, JudgeSpec
+from judge_core.settings import REQUIRED, Command, option, run_command
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 HF_SUBDIR = "huggingface"  # where verl's checkpoint manager saves the config and tokenizer
@@ -285,9 +285,9 @@ def every_prompt(train_file: str | None, holds) -> bool | None:
 def validation_rewards(model_dir: Path, val_file: str, max_length: int, truncation: str):
     """The validation pairs (a PairDataset), tokenized as in training, and the exported model's rewards of
     their sequences: pair 0's chosen and rejected, then pair 1's, and so on. Each pair's prompt is computed
-    once, as the trainer and the judge server compute it (serving/judges/packing.py)."""
-    from serving.judges.packing import use_packed_attention
-    from serving.judges.scalar_model import prompt_once_outputs
+    once, as the trainer and the judge server compute it (judge_models/packing.py)."""
+    from judge_models.packing import use_packed_attention
+    from judge_models.scalar_model import prompt_once_outputs
     from training.bt_trainer import PairDataConfig, PairDataset
 
     tokenizer, model = _scoring_model(model_dir)
@@ -368,7 +368,7 @@ def checkpoint_attributes(checkpoint: Path, config) -> list[str]:
 def validation_outputs(model_dir: Path, val_file: str, attributes: list[str], max_length: int, truncation: str):
     """The validation conversations (an AttributeDataset), tokenized as in training, and the exported model's
     outputs for them, (conversations, attributes)."""
-    from serving.judges.scalar_model import sequence_outputs
+    from judge_models.scalar_model import sequence_outputs
     from training.attribute_trainer import AttributeDataConfig, AttributeDataset
 
     tokenizer, model = _scoring_model(model_dir)

@@ -1,5 +1,5 @@
 """Packed Bradley-Terry forwards: a pair is a group of two judge inputs sharing their prompt, packed by the
-scalar judge's own packing (serving/judges/packing.py) as [prompt, chosen response, rejected response], so
+scalar judge's own packing (judge_models/packing.py) as [prompt, chosen response, rejected response], so
 each pair's prompt is computed once, with no padding, and every reward is the unpacked sequence's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from serving.judges.packing import PackedRow, pack_groups, packed_outputs, shared_prefix_length
+from judge_models.packing import PackedRow, pack_groups, packed_outputs, shared_prefix_length
 
 Pair = tuple[Sequence[int], Sequence[int]]
 

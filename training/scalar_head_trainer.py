@@ -56,7 +56,7 @@ from verl.utils.torch_dtypes import PrecisionType
 from verl.utils.torch_functional import get_cosine_schedule_with_warmup, get_wsd_schedule_with_warmup
 from verl.workers.config.optimizer import build_optimizer
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 from training import cpu_compat
 from training.launch.config import register_resolvers
 

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from judge_rewards.protocol.judge_spec import SPEC_FILE, JudgeSpec, load_judge_spec
+from judge_core.protocol.judge_spec import SPEC_FILE, JudgeSpec, load_judge_spec
 
 from ..config import JudgeConfig
 from .base import BackendUnavailable, ComparisonItem, ComparisonUnsupported, Judge, JudgeIdentity, JudgeItem, Verdict

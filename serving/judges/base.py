@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge_rewards.protocol.judge_api import ComparisonItem, JudgeItem  # noqa: F401 (re-exported)
-from judge_rewards.protocol.templates import Conversation, as_messages
+from judge_core.protocol.judge_api import ComparisonItem, JudgeItem, prompt_key  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -67,30 +65,3 @@ class Judge(abc.ABC):
     def can_compare(self) -> bool:
         """Whether this judge answers /compare: its class implements compare_batch."""
         return type(self).compare_batch is not Judge.compare_batch
-
-
-def prompt_key(prompt: Conversation) -> str:
-    """A prompt's identity, the same for equal conversations (a text prompt is its one user turn): what groups
-    judge inputs that share a prompt (the scalar judge computes it once, the batcher keeps them together)."""
-    return json.dumps(as_messages(prompt), ensure_ascii=False, sort_keys=True)
-
-
-def length_groups(
-    lengths: Sequence[int], max_padding_fraction: float, max_group_size: int | None = None
-) -> list[list[int]]:
-    """Indices of `lengths` grouped for padded forward passes: sorted by length, and a new group starts
-    where padding to the group's longest text would exceed `max_padding_fraction` of the group's tokens,
-    or where the group already holds `max_group_size` texts (None: no limit)."""
-    groups: list[list[int]] = []
-    real_tokens = 0
-    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
-        length = lengths[index]
-        if groups and (max_group_size is None or len(groups[-1]) < max_group_size):
-            padded = length * (len(groups[-1]) + 1)
-            if not padded or (padded - real_tokens - length) / padded <= max_padding_fraction:
-                groups[-1].append(index)
-                real_tokens += length
-                continue
-        groups.append([index])
-        real_tokens = length
-    return groups

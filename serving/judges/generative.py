@@ -1,4 +1,4 @@
-"""Generative judges: a causal LM answers a template of judge_rewards.protocol.templates with `<think>..</think>`
+"""Generative judges: a causal LM answers a template of judge_core.protocol.templates with `<think>..</think>`
 and an answer tag, parsed strictly (an unparsable answer is an error, not a 0).
 
 The pointwise judge (`<score>N</score>`) lives here, the pairwise one (`<better>A|B</better>`) in pairwise.py;
@@ -17,11 +17,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
+from judge_models import packing
+from judge_models.padding import length_groups
 
 from ..config import JudgeConfig
-from . import hf, packing
-from .base import Judge, JudgeItem, Verdict, length_groups
+from . import hf
+from .base import Judge, JudgeItem, Verdict
 from .generation import Generation, Generator
 
 # How much of an unparsable answer an error carries back, for debugging the judge.

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from judge_rewards.protocol.judge_spec import SPEC_FILE
+from judge_core.protocol.judge_spec import SPEC_FILE
 
 from ..config import JudgeConfig
 from .base import JudgeIdentity, Verdict

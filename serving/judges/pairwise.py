@@ -1,4 +1,4 @@
-"""Pairwise generative judge: a causal LM answers the pairwise template of judge_rewards.protocol.templates with
+"""Pairwise generative judge: a causal LM answers the pairwise template of judge_core.protocol.templates with
 `<think>..</think><better>A|B</better>`.
 
 Every comparison is judged in both orders (the first response as A, then as B) in the same batched generation,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 from ..config import JudgeConfig
 from .base import ComparisonItem, JudgeItem, Verdict

@@ -1,10 +1,10 @@
-"""Rule judge: the rule-based scorer of judge_rewards.rules, by answer type, against the request's answer."""
+"""Rule judge: the rule-based scorer of judge_core.rules, by answer type, against the request's answer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from judge_rewards import rules
+from judge_core import rules
 
 from ..config import JudgeConfig
 from .base import Judge, JudgeIdentity, JudgeItem, Verdict
@@ -16,7 +16,7 @@ class RuleJudge(Judge):
             kind="rule",
             backend="rules",
             model_id=config.model_id or "rules",
-            model_version=config.model_version or "judge_rewards.rules",
+            model_version=config.model_version or "judge_core.rules",
             backend_reason="a rule judge runs no model",
             reads_answer=True,
         )

@@ -17,12 +17,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from judge_rewards.protocol import templates
-from judge_rewards.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_attribute_weights, sigmoid
+from judge_core.protocol import templates
+from judge_core.protocol.judge_api import prompt_key
+from judge_core.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_attribute_weights, sigmoid
+from judge_models import packing, scalar_model
 
 from ..config import JudgeConfig
-from . import hf, packing, scalar_model
-from .base import ComparisonItem, Judge, JudgeItem, Verdict, prompt_key
+from . import hf
+from .base import ComparisonItem, Judge, JudgeItem, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
+from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
 from serving.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
@@ -63,7 +63,7 @@ from pathlib import Path
 from transformers import AutoModelForSequenceClassification
 
 from data_prep.base_models import build_tiny
-from judge_rewards.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
+from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
 from tests.launcher_helpers import write_pair_files
 from tests.support.models import build_attribute_judge, build_scalar_judge, verl_checkpoint
 from tests.test_recipe_attributes import write_attribute_files

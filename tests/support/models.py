@@ -14,7 +14,7 @@ def build_scalar_judge(base_model_dir: str | Path, out_dir: str | Path, seed: in
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from judge_rewards.protocol.judge_spec import JudgeSpec
+    from judge_core.protocol.judge_spec import JudgeSpec
 
     out_dir = Path(out_dir)
     torch.manual_seed(seed)
@@ -35,7 +35,7 @@ def build_attribute_judge(
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from judge_rewards.protocol.judge_spec import JudgeSpec
+    from judge_core.protocol.judge_spec import JudgeSpec
 
     out_dir = Path(out_dir)
     model = AutoModelForSequenceClassification.from_pretrained(base_model_dir, num_labels=len(attribute_weights))
@@ -73,7 +73,7 @@ def save_successor_judge(
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from judge_rewards.protocol.judge_spec import JudgeSpec
+    from judge_core.protocol.judge_spec import JudgeSpec
 
     # One dimension per mapped token; even for 2 heads.
     width = max(min_hidden_size, len(successors) + len(successors) % 2)

@@ -273,6 +273,6 @@ def left_truncated_ids(tokenizer, messages: Sequence[dict], max_tokens: int) -> 
 
 
 def judge_item(request: dict):
-    from judge_rewards.protocol.judge_api import JudgeItem
+    from judge_core.protocol.judge_api import JudgeItem
 
     return JudgeItem(request["prompt"], request["completion"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
-from judge_rewards.protocol.judge_spec import PROMPT_FORMATS
+from judge_core.protocol.judge_spec import PROMPT_FORMATS
 from training.attributes import check_names, score_weights
 from training.launch.checks import VERL_LOGGERS, Checker
 from training.launch.device import FLASH_ATTENTION_MISSING, removes_padding, training_dtype

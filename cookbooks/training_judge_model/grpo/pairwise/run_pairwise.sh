@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO pairwise judge: picks the better of two responses as <think>..</think><better>A|B</better>; the
-# reward (judge_rewards/grpo_rewards.py, compute_pairwise_score) is 1 for the right letter.
+# reward (judge_core/grpo_rewards.py, compute_pairwise_score) is 1 for the right letter.
 #
 #   cd cookbooks/training_judge_model/grpo && bash pairwise/run_pairwise.sh [--dry-run] [--config FILE.yaml] [--help] [key=value ...]
 #

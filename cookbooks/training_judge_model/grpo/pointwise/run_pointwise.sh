@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO pointwise judge: rates one response 0-4 as <think>..</think><score>N</score>; the reward
-# (judge_rewards/grpo_rewards.py, compute_pointwise_score) falls with the distance from the label.
+# (judge_core/grpo_rewards.py, compute_pointwise_score) falls with the distance from the label.
 #
 #   cd cookbooks/training_judge_model/grpo && bash pointwise/run_pointwise.sh [--dry-run] [--config FILE.yaml] [--help] [key=value ...]
 #

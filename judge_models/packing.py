@@ -30,7 +30,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.utils import is_flash_attn_2_available
 
-from .base import length_groups
+from .padding import length_groups
 
 PACKED_ATTENTION = "judge_packed_groups"  # the attention implementation name a packing model is switched to
 LAYOUT_KWARG = "packed_layout"  # the forward keyword that carries a row's RowLayout to every attention layer

@@ -17,6 +17,13 @@ from .templates import Conversation, as_messages
 BODY_EXCERPT_CHARS = 200
 
 
+def prompt_key(prompt: Conversation) -> str:
+    """A prompt's identity, the same for equal conversations (a text prompt is its one user turn), on the client
+    and on the server alike: what gathers a GRPO group's completions, keeps the items that share a prompt together
+    in a batch (the scalar judge computes it once), and keys the client's cache."""
+    return json.dumps(as_messages(prompt), ensure_ascii=False, sort_keys=True)
+
+
 @dataclass(frozen=True)
 class JudgeItem:
     """One judgement to make: a request's content, without its HTTP wrapping or request_id."""
@@ -42,9 +49,7 @@ class JudgeItem:
 
     def key(self) -> str:
         """Identity of the judgement: the adapter's cache key and in-flight de-duplication key."""
-        return json.dumps(
-            [self.prompt, self.completion, self.answer, self.answer_type], ensure_ascii=False, sort_keys=True
-        )
+        return json.dumps([prompt_key(self.prompt), self.completion, self.answer, self.answer_type], ensure_ascii=False)
 
     def request_body(self, request_id: str) -> dict:
         """This item as one request of a /judge or /batch_judge body."""

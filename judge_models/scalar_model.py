@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from . import packing
-from .base import length_groups
+from .padding import length_groups
 
 
 def right_padded(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ it to know how to prompt the model and how to map its output to a score in [0, 1
   difference (log-odds of preference) survives up to the scale.
   A multi-attribute scalar judge (`attributes` set) has one label per attribute, each predicting the
   attribute on the 0..ATTRIBUTE_MAX scale; its score is their combination by `attribute_weights`.
-- generative: a causal LM prompted with the template of `judge_rewards.protocol.templates` it was trained on
+- generative: a causal LM prompted with the template of `judge_core.protocol.templates` it was trained on
   (`prompt_format`). A pointwise judge's <score>N</score> is mapped to N / 4; an unparsable answer is an
   error, never a score. `reference_in_prompts` says whether it learned to read a reference answer.
   A pairwise judge compares two answers (<better>A|B</better>): the server asks it about

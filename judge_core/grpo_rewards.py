@@ -1,9 +1,9 @@
 """Rewards of the GRPO judge recipes: verl `custom_reward_function`s for the `naive` reward manager.
 
-    custom_reward_function.path=judge_rewards/grpo_rewards.py
+    custom_reward_function.path=judge_core/grpo_rewards.py
     custom_reward_function.name=compute_pointwise_score   (or compute_pointwise_recall_score, compute_pairwise_score)
 
-The judge's answer is parsed by `judge_rewards.protocol.templates` (strict: one answer tag after the last
+The judge's answer is parsed by `judge_core.protocol.templates` (strict: one answer tag after the last
 </think>). A malformed or missing answer is a format failure with the lowest reward, never a
 prediction. A well-formed answer earns its closeness to the label, in [0, 1]:
 
@@ -24,7 +24,7 @@ Every call of one reward returns the same numeric keys (REWARD_KEYS; the recall-
 
 from __future__ import annotations
 
-from judge_rewards.protocol import templates
+from judge_core.protocol import templates
 
 FORMAT_FAILURE_REWARD = -1.0
 MISSING_THINK_PENALTY = 0.1
