@@ -217,22 +217,22 @@ RUN: dict[tuple[str, str], Run | str] = {
     ),
     ("cookbooks/rl_with_judge_reward/README.md", SMOLLM2_FIRST): Run(links=(("data", "offline"),), judge="rule"),
     (  # the committed runs' own validation dumps: the recorded figures must come out of them
-        "cookbooks/rl_with_judge_reward/README.md",
+        "experiments/policy-rl/LOG.md",
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/validation "
         "experiments/policy-rl/results/learn-seed2/validation --out experiments/policy-rl/plots",
     ): Run(recorded=True),
     (  # the runs with the hard-negative judge
-        "cookbooks/rl_with_judge_reward/README.md",
+        "experiments/policy-rl/LOG.md",
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/hard-negatives-seed1/validation "
         "experiments/policy-rl/results/hard-negatives-seed2",
     ): Run(recorded=True),
     (  # a rerun of seed 1 beside the first run
-        "cookbooks/rl_with_judge_reward/README.md",
+        "experiments/policy-rl/LOG.md",
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/hard-negatives-seed1/validation "
         "experiments/policy-rl/results/hard-negatives-seed1-rerun/validation",
     ): Run(recorded=True),
     (  # and the demo judge's training rollouts, for the judge's pair accuracy
-        "cookbooks/rl_with_judge_reward/README.md",
+        "experiments/policy-rl/LOG.md",
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/rollouts",
     ): Run(recorded=True),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),

@@ -183,10 +183,10 @@ def replayed(run: str) -> tuple[dict[str, float], dict[int, list[str]]]:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_demo_judge_runs_fire_the_pair_accuracy_warning_and_no_other(seed):
-    """The README's "A policy that learns on a CPU" runs, with the demo BT judge as the reward: the judge's reward
-    rose and the rule accuracy did not. On the policy's own answers the judge ranks a rule-right answer above a
-    rule-wrong one too rarely, which the pair accuracy flags; no other figure does (the reward is not bought with
-    length, and rarely ties)."""
+    """experiments/policy-rl/LOG.md's "A policy that learns on a CPU" runs, with the demo BT judge as the reward:
+    the judge's reward rose and the rule accuracy did not. On the policy's own answers the judge ranks a rule-right
+    answer above a rule-wrong one too rarely, which the pair accuracy flags; no other figure does (the reward is not
+    bought with length, and rarely ties)."""
     figures, warned = replayed(f"learn-seed{seed}")
     assert figures["health_window"] == 1024 and figures["health_rule_pairs"] >= 200
     assert 0.5 < figures["health_rule_pair_accuracy"] < 0.7
