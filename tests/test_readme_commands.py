@@ -256,7 +256,7 @@ RUN: dict[tuple[str, str], Run | str] = {
         ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2", "ties-seed1"),
     ),
     **recorded_judge_curves(
-        f"{GRPO}/README.md",
+        "experiments/grpo-judges/LOG.md",
         "experiments/grpo-judges/results",
         (
             "pairwise-lr1e-5-seed1",
