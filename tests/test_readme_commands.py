@@ -236,8 +236,8 @@ RUN: dict[tuple[str, str], Run | str] = {
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/rollouts",
     ): Run(recorded=True),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
-    (
-        "cookbooks/training_judge_model/bradley-terry/README.md",
+    (  # the measured laptop run and its evaluation
+        "experiments/scalar-judges/LOG.md",
         "bash cookbooks/training_judge_model/bradley-terry",
     ): Run(links=(("data", "small_eval"), ("checkpoints/bt-cpu-smollm2/hf", "scalar"), ("models/smollm2", "tiny"))),
     (f"{GRPO}/README.md", "cd cookbooks/training_judge_model/grpo"): Run(),
