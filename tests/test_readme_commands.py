@@ -236,8 +236,8 @@ RUN: dict[tuple[str, str], Run | str] = {
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/rollouts",
     ): Run(recorded=True),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
-    (
-        "cookbooks/training_judge_model/bradley-terry/README.md",
+    (  # the measured laptop run and its evaluation
+        "experiments/scalar-judges/LOG.md",
         "bash cookbooks/training_judge_model/bradley-terry",
     ): Run(links=(("data", "small_eval"), ("checkpoints/bt-cpu-smollm2/hf", "scalar"), ("models/smollm2", "tiny"))),
     (f"{GRPO}/README.md", "cd cookbooks/training_judge_model/grpo"): Run(),
@@ -249,9 +249,13 @@ RUN: dict[tuple[str, str], Run | str] = {
     ),
     ("cookbooks/training_judge_model/multi-aspect/README.md", SMOLLM2_FIRST): Run(),
     ("cookbooks/training_judge_model/sft/README.md", SMOLLM2_FIRST): Run(),
+    (  # the judge warm starts' data and configs
+        "cookbooks/training_judge_model/sft/README.md",
+        "python -m data_prep offline --out ./data-pointwise-arithmetic",
+    ): Run(links=(("models/smollm2", "tiny"),)),
     # the committed evaluations, metrics and validation dumps must make the recorded curves
     **recorded_judge_curves(
-        "cookbooks/training_judge_model/sft/README.md",
+        "experiments/sft-judges/LOG.md",
         "experiments/sft-judges/results/pairwise-warm-start",
         ("better-first", "a-then-b", "answer-first-seed1", "answer-first-epoch2", "ties-seed1"),
     ),
