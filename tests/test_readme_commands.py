@@ -285,6 +285,7 @@ RUN: dict[tuple[str, str], Run | str] = {
         ),
     ),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(recorded=True),
+    ("evaluation/README.md", "$ python -m data_prep offline --out ./data"): Run(recorded=True),
     ("data_prep/README.md", "python -m data_prep offline --out ./data"): Run(),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
     ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
