@@ -7,7 +7,7 @@ An expected score needs, at the step that writes the answer's value, the judge's
 tokens; which step that is is known only once the answer is parsed. Two ways to have them, the same model and
 batch, greedy, every row generating exactly --new-tokens tokens:
 
-- recorder: the server's way (serving.judges.generative.CandidateRecorder): a forward hook reduces each step's
+- recorder: the server's way (judge_models.transformers_engine.CandidateRecorder): a forward hook reduces each step's
   raw logits to the candidate tokens' log-probabilities as they come.
 - output_logits: what a transformers user writes: `generate(..., output_logits=True)`, which keeps every
   step's raw logits (steps x rows x vocabulary floats), then the log-softmax and the candidates' columns.
@@ -67,7 +67,7 @@ def measure(method: str, model_dir: str, rows: int, new_tokens: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from serving.judges.generative import CandidateRecorder
+    from judge_models.transformers_engine import CandidateRecorder
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"

@@ -68,7 +68,7 @@ class BareForward:
         import torch
         from transformers import AutoModelForSequenceClassification
 
-        from serving.judges.hf import resolve_device, resolve_dtype
+        from judge_models.transformers_engine import resolve_device, resolve_dtype
 
         self._torch = torch
         self._device = resolve_device("auto")

@@ -63,7 +63,7 @@ def machine() -> dict:
 
 def server_default_dtype() -> str:
     """The dtype the server's --dtype auto picks on this machine (float32 on a CPU, bfloat16 on a GPU)."""
-    from serving.judges.hf import resolve_device, resolve_dtype
+    from judge_models.transformers_engine import resolve_device, resolve_dtype
 
     return str(resolve_dtype("auto", resolve_device("auto"))).removeprefix("torch.")
 

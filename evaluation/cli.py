@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 from judge_core.settings import build_parser, from_arguments
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 
 from .data import DataError, file_digest, load_rows
 from .judges import (

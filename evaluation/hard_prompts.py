@@ -25,7 +25,7 @@ from pathlib import Path
 
 from judge_core import grpo_rewards
 from judge_core.settings import REQUIRED, option, parse_configs
-from serving.config import BACKEND_CHOICES
+from judge_models.config import BACKEND_CHOICES
 
 from .sampling import sample_completions
 

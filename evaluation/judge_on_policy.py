@@ -113,7 +113,7 @@ def sample_answers(config: JudgeOnPolicyConfig, questions: list[Question]) -> li
 
 def judge_answers(answers: list[Answer], judge_dir: str) -> None:
     """Each answer's reward from the judge in `judge_dir`, stored under that name; a failed judgement is an error."""
-    from serving.config import JudgeConfig
+    from judge_models.config import JudgeConfig
     from serving.judges import JudgeItem
 
     from .judges import InProcessJudge

@@ -208,13 +208,14 @@ class LikelihoodJudge:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from judge_models.transformers_engine import resolve_device, resolve_dtype
         from serving.judges import hf
 
         model_dir = options.likelihood_model
         self._torch = torch
-        self._device = hf.resolve_device("auto")
+        self._device = resolve_device("auto")
         self._tokenizer = hf.load_chat_tokenizer(model_dir)  # one item per forward pass: no padding
-        dtype = hf.resolve_dtype("auto", self._device)
+        dtype = resolve_dtype("auto", self._device)
         self._model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self._device).eval()
         self._max_positions = getattr(self._model.config, "max_position_embeddings", None)
         self.identity = identity_record(

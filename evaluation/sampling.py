@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from serving.judges.engine_choice import choose_backend
+from judge_models.engine import choose_backend
 
 CONVERSATIONS_PER_BATCH = 16
 
@@ -30,16 +30,16 @@ def sample_completions(
     backend: str = "transformers",
 ) -> list[list[str]]:
     """`n` sampled answers (text) per conversation, in conversation order. `backend`: vllm, transformers, or auto
-    (vllm where it can be imported: the judge server's choice, serving.judges.engine_choice)."""
+    (vllm where it can be imported: the judge server's choice, judge_models.engine)."""
     if choose_backend(backend).name == "vllm":
         return _sample_with_vllm(model, conversations, n, temperature, max_new_tokens, seed)
     return _sample_with_transformers(model, conversations, n, temperature, max_new_tokens, seed)
 
 
 def _sample_with_vllm(model, conversations, n, temperature, max_new_tokens, seed) -> list[list[str]]:
-    from serving.config import JudgeConfig
-    from serving.judges.engine_choice import import_vllm
-    from serving.judges.vllm_backend import engine
+    from judge_models.config import JudgeConfig
+    from judge_models.engine import import_vllm
+    from judge_models.vllm_engine import engine
 
     config = JudgeConfig(model=model, backend="vllm", seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
     llm = engine(config, "generate", generated_tokens=max_new_tokens)

@@ -8,16 +8,14 @@ the same tokens get the same reward in all three. Sequences are right-padded: th
 the position it has in the unpadded sequence. Sequences that share a prompt are packed instead, the prompt
 computed once (packing.py, `prompt_once_outputs`); the trainer packs its pairs the same way.
 
-The server's scalar judge calls its model through a `ScalarEngine`: raw outputs for judge inputs that know
-their shared-prompt groups. `TransformersEngine` is this module's; another engine (a vLLM pooling runner)
-can answer the same call.
+The server's scalar judge calls its model through an engine (judge_models.engine.ScalarEngine):
+transformers_engine.TransformersScalarEngine runs these functions, vllm_engine's pooling runner answers the same
+call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -105,42 +103,3 @@ def prompt_once_outputs(
         for group in row.groups:
             outputs[group] = [next(row_outputs) for _ in groups[group]]
     return outputs
-
-
-class ScalarEngine(Protocol):
-    """A scalar judge's model call."""
-
-    def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
-        """The raw outputs (num_labels each: the reward, or one per attribute) of judge inputs (token ids, each
-        ending with a token other than the pad token), in their order. `groups` partitions the inputs'
-        indices into inputs that share a prompt; an engine may compute each group's shared prefix once."""
-
-
-@dataclass
-class TransformersEngine:
-    """A transformers sequence-classification model in this process. Prompt-once (the default) packs the whole
-    batch into rows with no padding: every group of two or more inputs with its prompt computed once, and every
-    single input, which has nothing to share, as its own causal sequence beside them. Without prompt-once,
-    every input takes today's padded forwards (length groups of at most `max_padding_fraction` padding)."""
-
-    model: torch.nn.Module
-    pad_token_id: int
-    max_padding_fraction: float
-    max_tokens_per_forward: int
-    prompt_once: bool = True
-
-    def __post_init__(self):
-        if self.prompt_once:
-            packing.use_packed_attention(self.model)
-
-    def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
-        if not self.prompt_once:
-            return sequence_outputs(self.model, inputs, self.pad_token_id, self.max_padding_fraction)
-        outputs: list[list[float]] = [[] for _ in inputs]
-        packed = prompt_once_outputs(
-            self.model, [[inputs[i] for i in group] for group in groups], self.max_tokens_per_forward
-        )
-        for group, group_outputs in zip(groups, packed, strict=True):
-            for index, values in zip(group, group_outputs, strict=True):
-                outputs[index] = values
-        return outputs

@@ -24,10 +24,11 @@ from pathlib import Path
 from ray import serve
 
 from judge_core.settings import option, parse_configs, require
+from judge_models.config import JudgeConfig
 
 from .app import build_app
 from .batching import score_isolating_failures
-from .config import HttpConfig, JudgeConfig, ServingConfig
+from .config import HttpConfig, ServingConfig
 from .judges import ComparisonItem, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 

@@ -10,10 +10,11 @@ import socket
 from collections.abc import Sequence
 
 from judge_core.settings import parse_configs
+from judge_models.config import JudgeConfig
 
 from .app import build_app
 from .batching import DynamicBatcher
-from .config import HttpConfig, JudgeConfig, ServingConfig
+from .config import HttpConfig, ServingConfig
 from .judges import BackendUnavailable, ComparisonItem, Judge, JudgeItem, Verdict, load_judge
 from .metrics import ServerMetrics
 from .process_tree import stop_descendants, stop_on_signals

@@ -15,10 +15,10 @@ import random
 import pytest
 
 from judge_core.protocol import templates
+from judge_models.config import JudgeConfig
 from judge_models.packing import prefix_groups
-from serving.config import JudgeConfig
+from judge_models.transformers_engine import MIN_SHARED_PREFIX_TOKENS, TransformersGenerator
 from serving.judges import ComparisonItem, JudgeItem, load_judge
-from serving.judges.generative import MIN_SHARED_PREFIX_TOKENS, TransformersGenerator
 from tests.test_serving_generative import POINTWISE_SCRIPT, SPLIT_SCORE, build_script_judge
 from tests.test_serving_pairwise import PAIRWISE_SCRIPT
 from tests.test_serving_scalar import WORDS

@@ -11,8 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
+from judge_models.config import JudgeConfig
 from judge_rewards.reward_config import ConfigError
-from serving.config import JudgeConfig, ServingConfig
+from serving.config import ServingConfig
 from serving.judges import load_judge
 from serving.server import build_local_app
 

@@ -17,7 +17,7 @@ from data_prep.records import UsageError
 from evaluation.verl_validation import read_step
 from judge_core.grpo_rewards import compute_pairwise_score
 from judge_core.protocol import templates
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from tests.support.models import verl_checkpoint
 from tests.support.servers import start_server

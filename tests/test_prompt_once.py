@@ -1,4 +1,4 @@
-"""Prompt-once scoring (judge_models/packing.py, scalar_model.TransformersEngine) against today's padded
+"""Prompt-once scoring (judge_models/packing.py, scalar_model.TransformersScalarEngine) against today's padded
 forwards, on the tiny Bradley-Terry and multi-attribute judges.
 
 Judge inputs mix shared and unshared prompts (groups of 1 to 5), text and multi-turn prompts, short and long
@@ -16,7 +16,7 @@ import torch
 
 from judge_core.protocol import templates
 from judge_models import packing
-from judge_models.scalar_model import TransformersEngine
+from judge_models.transformers_engine import TransformersScalarEngine
 from serving.judges.base import JudgeItem
 from serving.judges.scalar import prompt_groups
 from tests.support.models import build_attribute_judge
@@ -65,11 +65,15 @@ def attribute_judge_dir(tiny_model_dir, tmp_path_factory):
     return build_attribute_judge(tiny_model_dir, tmp_path_factory.mktemp("attribute_judge"), weights)
 
 
-def load_engine(model_dir, tokenizer, prompt_once: bool, max_tokens_per_forward: int = 4096) -> TransformersEngine:
+def load_engine(
+    model_dir, tokenizer, prompt_once: bool, max_tokens_per_forward: int = 4096
+) -> TransformersScalarEngine:
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="sdpa").eval()
-    return TransformersEngine(model, tokenizer.pad_token_id, 0.25, max_tokens_per_forward, prompt_once=prompt_once)
+    return TransformersScalarEngine(
+        model, tokenizer.pad_token_id, 0.25, max_tokens_per_forward, prompt_once=prompt_once
+    )
 
 
 def judge_inputs(tokenizer, items: list[JudgeItem]) -> list[list[int]]:

@@ -19,8 +19,8 @@ from judge_core.protocol import templates
 from judge_core.protocol.judge_api import JudgeItem
 from judge_core.protocol.judge_spec import load_judge_spec
 from judge_models import packing
+from judge_models.config import JudgeConfig
 from judge_models.scalar_model import padded_rewards, right_padded
-from serving.config import JudgeConfig
 from serving.judges.scalar import ScalarJudge
 from training import bt_trainer, export
 

@@ -14,7 +14,7 @@ import pytest
 
 from judge_core.protocol import templates
 from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS, JudgeSpec
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from tests.reward_adapter_servers import make_system
 from tests.support.models import build_attribute_judge

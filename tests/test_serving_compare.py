@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from judge_core.protocol.judge_spec import JudgeSpec
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from serving.judges.generative import GenerativeJudge
 from serving.judges.scalar import ScalarJudge

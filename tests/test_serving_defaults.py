@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from serving.config import JudgeConfig
-from serving.judges import load_judge
-from serving.judges.engine_choice import choose_backend
-from serving.judges.vllm_backend import (
+from judge_models.config import JudgeConfig
+from judge_models.engine import choose_backend
+from judge_models.vllm_engine import (
     CPU_BLOCK_SIZE,
     cpu_list,
     default_max_model_len,
     engine_environment,
     engine_settings,
 )
+from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.processes import kill_group, processes_in_group
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from judge_core.protocol import templates
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import JudgeItem, load_judge
 from serving.judges.generative import NO_REFERENCE
 from tests.support.models import save_successor_judge
@@ -315,7 +315,7 @@ def test_recorded_candidate_logprobs_are_those_of_the_raw_logits_of_every_step(t
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from serving.judges.generative import CandidateRecorder
+    from judge_models.transformers_engine import CandidateRecorder
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()

@@ -203,7 +203,8 @@ def test_a_group_cut_short_by_the_window_is_scored_from_what_arrived_and_a_lone_
 
 
 def test_gathering_needs_a_judge_that_compares():
-    from serving.config import JudgeConfig, ServingConfig
+    from judge_models.config import JudgeConfig
+    from serving.config import ServingConfig
     from serving.judges import load_judge
     from serving.server import build_local_app
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
+from judge_models.engine import Generation
+from judge_models.vllm_engine import generation_from_vllm
 from serving.judges import ComparisonItem, JudgeItem, load_judge
-from serving.judges.generation import Generation
 from serving.judges.pairwise import NO_REFERENCE
-from serving.judges.vllm_backend import generation_from_vllm
 from tests.reward_adapter_servers import make_system
 from tests.support.servers import start_server
 from tests.test_serving_generative import EOS, build_script_judge

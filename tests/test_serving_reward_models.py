@@ -17,7 +17,7 @@ import pytest
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from judge_core.protocol.judge_spec import JudgeSpec
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import load_judge
 from serving.judges.hf import bos_handling
 from tests.support import reward_models

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from judge_models.config import JudgeConfig
 from judge_models.padding import length_groups
 from serving.batching import DynamicBatcher, QueueFull, score_isolating_failures
-from serving.config import JudgeConfig, ServingConfig
+from serving.config import ServingConfig
 from serving.judges import BackendUnavailable, ComparisonItem, JudgeItem, Verdict, load_judge
 from serving.server import parse_arguments, serve
 from tests.support.models import save_successor_judge

@@ -8,9 +8,10 @@ import logging
 from pathlib import Path
 
 from judge_core.protocol.judge_spec import SPEC_FILE, JudgeSpec, load_judge_spec
+from judge_models.config import JudgeConfig
+from judge_models.engine import BackendUnavailable
 
-from ..config import JudgeConfig
-from .base import BackendUnavailable, ComparisonItem, ComparisonUnsupported, Judge, JudgeIdentity, JudgeItem, Verdict
+from .base import ComparisonItem, ComparisonUnsupported, Judge, JudgeIdentity, JudgeItem, Verdict
 
 __all__ = [
     "BackendUnavailable",
@@ -33,7 +34,7 @@ def load_judge(config: JudgeConfig) -> Judge:
         from .rule import RuleJudge
 
         return RuleJudge(config)
-    from .engine_choice import choose_backend
+    from judge_models.engine import choose_backend
 
     choice = choose_backend(config.backend)
     log.info("backend %s (%s)", choice.name, choice.reason)

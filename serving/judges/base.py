@@ -39,10 +39,6 @@ class JudgeIdentity:
     reads_answer: bool = False  # whether a request's `answer` reaches the judge; when False it is ignored
 
 
-class BackendUnavailable(RuntimeError):
-    """The chosen inference engine cannot run on this machine."""
-
-
 class ComparisonUnsupported(ValueError):
     """This judge cannot tell which of two responses is better (/compare answers 4xx)."""
 

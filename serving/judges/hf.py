@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from judge_core.protocol.judge_spec import SPEC_FILE
+from judge_models.config import JudgeConfig
 
-from ..config import JudgeConfig
 from .base import JudgeIdentity, Verdict
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -18,22 +18,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 BOS_PROBE = ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"})
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
-def resolve_dtype(name: str, device: str):
-    import torch
-
-    if name == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, name)
 
 
 def load_chat_tokenizer(model_dir: str):

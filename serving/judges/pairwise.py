@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from judge_core.protocol import templates
+from judge_models.config import JudgeConfig
 
-from ..config import JudgeConfig
 from .base import ComparisonItem, JudgeItem, Verdict
 from .generative import Answer, GeneratingJudge
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from judge_core import rules
+from judge_models.config import JudgeConfig
 
-from ..config import JudgeConfig
 from .base import Judge, JudgeIdentity, JudgeItem, Verdict
 
 

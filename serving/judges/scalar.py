@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from judge_core.protocol import templates
 from judge_core.protocol.judge_api import prompt_key
 from judge_core.protocol.judge_spec import ATTRIBUTE_MAX, JudgeSpec, parse_attribute_weights, sigmoid
-from judge_models import packing, scalar_model
+from judge_models import packing
+from judge_models.config import JudgeConfig
+from judge_models.engine import ScalarEngine
 
-from ..config import JudgeConfig
 from . import hf
 from .base import ComparisonItem, Judge, JudgeItem, Verdict
 
@@ -64,17 +65,19 @@ class ScalarJudge(Judge):
         self.computes_shared_prompts_once = config.shares_prompts
         self._engine = self._load_engine()
 
-    def _load_engine(self) -> scalar_model.ScalarEngine:
+    def _load_engine(self) -> ScalarEngine:
         config = self._config
         if config.backend == "vllm":
-            from .vllm_backend import VllmScalarEngine
+            from judge_models.vllm_engine import VllmScalarEngine
 
             return VllmScalarEngine(config)
         from transformers import AutoModelForSequenceClassification
 
-        device = hf.resolve_device(config.device)
+        from judge_models.transformers_engine import TransformersScalarEngine, resolve_device, resolve_dtype
+
+        device = resolve_device(config.device)
         model = AutoModelForSequenceClassification.from_pretrained(
-            config.model, torch_dtype=hf.resolve_dtype(config.dtype, device)
+            config.model, torch_dtype=resolve_dtype(config.dtype, device)
         )
         model.config.pad_token_id = self._tokenizer.pad_token_id  # _check_pad_token: None or equal to it
         prompt_once = config.shares_prompts and packing.packs_fast(device)
@@ -83,7 +86,7 @@ class ScalarJudge(Judge):
                 "prompt-once off on %s: packed attention without flash-attn is slower there than padding", device
             )
             self.computes_shared_prompts_once = False
-        return scalar_model.TransformersEngine(
+        return TransformersScalarEngine(
             model.to(device).eval(),
             self._tokenizer.pad_token_id,
             config.max_padding_fraction,

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support import reward_models

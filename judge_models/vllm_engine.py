@@ -51,10 +51,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ..config import JudgeConfig
-from .base import BackendUnavailable
-from .engine_choice import import_vllm
-from .generation import Generation
+from .config import JudgeConfig
+from .engine import BackendUnavailable, Generation, import_vllm
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,83 @@
+"""The engines a judge runs on, behind one interface: a scalar judge's `ScalarEngine` (raw head outputs of token
+ids) and a generative judge's `Generator` (one `Generation` per prompt), each implemented in process by
+transformers_engine.py and by vllm_engine.py. Which one runs: --backend auto picks vLLM wherever it can be
+imported (the serving environment, a GPU install with vLLM), transformers elsewhere, and says why."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# vLLM logs to stdout unless told otherwise, where this project's commands print their reports and results.
+VLLM_LOG_STREAM = "ext://sys.stderr"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # transformers or vllm
+    reason: str  # why: what /health and the start-up line report
+
+
+def choose_backend(requested: str) -> BackendChoice:
+    """The backend --backend `requested` names; for auto, vllm when vLLM imports here, else transformers."""
+    if requested != "auto":
+        return BackendChoice(requested, f"--backend {requested}")
+    problem = vllm_import_problem()
+    if problem is None:
+        return BackendChoice("vllm", f"--backend auto: vLLM {import_vllm().__version__} importable")
+    return BackendChoice("transformers", f"--backend auto: vLLM not importable: {problem}")
+
+
+def vllm_import_problem() -> str | None:
+    """None when `import vllm` works here, else why not (a missing module is told without trying to import)."""
+    if importlib.util.find_spec("vllm") is None:
+        return "no module named vllm"
+    try:
+        import_vllm()
+    except Exception as err:  # a broken install (missing CUDA libraries, wrong torch) means: not usable here
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def import_vllm():
+    """The vllm module, its logs sent to stderr unless VLLM_LOGGING_STREAM says otherwise (set before its import)."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", VLLM_LOG_STREAM)
+    return importlib.import_module("vllm")
+
+
+class BackendUnavailable(RuntimeError):
+    """The chosen inference engine cannot run on this machine."""
+
+
+class ScalarEngine(Protocol):
+    """A scalar judge's model call."""
+
+    def raw_outputs(self, inputs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The raw outputs (num_labels each: the reward, or one per attribute) of judge inputs (token ids, each
+        ending with a token other than the pad token), in their order. `groups` partitions the inputs'
+        indices into inputs that share a prompt; an engine may compute each group's shared prefix once."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A generated answer. `candidate_logprobs[step][j]` is the log-probability the judge gave candidate token j
+    (the generator's `candidate_ids`) at that generated step; -inf where the engine did not report it. Empty when
+    no candidates were asked for."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    hit_token_limit: bool
+    candidate_logprobs: tuple[tuple[float, ...], ...] = ()
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class Generator(Protocol):
+    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+        """One generation per prompt (token ids), in order."""
