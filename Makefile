@@ -43,7 +43,7 @@ setup: $(STAMP)
 
 # Nothing is compiled to bytecode at install time (pip --no-compile; uv compiles only when asked): the processes of
 # the tests write the bytecode of what they import, the first of them once, which is about a fifth of the files an
-# environment holds (README.md, "Tests").
+# environment holds (experiments/test-suite/LOG.md, "No bytecode compiled at install time").
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(MAKE) --no-print-directory torch-cpu
