@@ -196,12 +196,10 @@ class BaseJudgeReward:
     def _submit_group(self, requests: list[JudgeItem]):
         """(the GroupRequest, its cached result or None, the future of its answer or None)."""
         config = self.config
+        # A group shorter than group_k + 1 (a window closed early) meets every sibling: k is at most N - 1.
+        k = None if config.group_k is None else min(config.group_k, len(requests) - 1)
         group = GroupRequest(
-            requests[0].prompt,
-            tuple(r.completion for r in requests),
-            config.group_schedule,
-            config.group_k,
-            config.group_seed,
+            requests[0].prompt, tuple(r.completion for r in requests), config.group_schedule, k, config.group_seed
         )
         cached = self._cache_get_key(_group_key(group))
         if cached is not None:

@@ -91,8 +91,8 @@ class JudgeRewardConfig:
     )
     group_schedule: str = option(
         "all_pairs",
-        "group_relative pairing: all_pairs (every ordered pair, N*(N-1) comparisons per group) or k_random "
-        "(each completion against group_k random siblings in both orders, about 2*N*group_k)",
+        "group_relative pairing: all_pairs (every pair once, N*(N-1)/2 comparisons per group, each judged in both "
+        "orders by a pairwise judge) or k_random (each completion against group_k random siblings, at most N - 1)",
         env="JUDGE_GROUP_SCHEDULE",
     )
     group_k: int | None = option(None, "siblings per completion with group_schedule k_random", env="JUDGE_GROUP_K")

@@ -146,6 +146,23 @@ def test_a_scalar_judges_group_rewards_are_its_mean_pairwise_win_probabilities(t
     assert sorted(range(5), key=lambda i: rewards[i]["score"]) == sorted(range(5), key=raw.__getitem__)
 
 
+@pytest.mark.e2e
+def test_the_client_clips_k_to_the_siblings_a_short_group_has(tiny_scalar_judge_dir, tmp_path):
+    """group_k=2 and a group of 2: the server would refuse k=2 (422) and every completion fall back to the rules;
+    the client sends k=1, each completion's one sibling."""
+    from tests.reward_adapter_servers import make_system
+
+    completions = ["Nairobi.", "The capital of Kenya is Nairobi."]
+    settings = {"group_relative": True, "group_schedule": "k_random", "group_k": 2}
+    with start_server(["--model", str(tiny_scalar_judge_dir)], log_path=tmp_path / "server.log") as server:
+        direct = judge_group(server.url, completions).json()["rewards"]
+        with make_system(server.url, **settings) as system:
+            rewards = system.reward_batch([{"prompt": PROMPT, "completion": c} for c in completions])
+    assert [r["source"] for r in rewards] == ["judge", "judge"], rewards
+    assert [r["reward"] for r in rewards] == pytest.approx([r["score"] for r in direct], abs=1e-6)
+    assert [r["comparisons"] for r in rewards] == [1, 1]
+
+
 def test_a_judge_that_cannot_compare_refuses_groups(tmp_path):
     with start_server(["--judge", "rule"], log_path=tmp_path / "server.log") as server:
         answer = httpx.post(f"{server.url}/judge_group", json={"prompt": PROMPT, "completions": ["4", "5"]})
