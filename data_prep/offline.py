@@ -355,113 +355,135 @@ def _graded(
 def _add_split(
     summary: outputs.Summary, split: str, examples: list[Example], rng: random.Random, options: OfflineConfig
 ) -> None:
-    unique_questions = {(e.category, e.fact.key, e.phrasing): e for e in examples}.values()
-    summary.add_split(outputs.SFT, split, [outputs.sft_row(e.question, e.good) for e in unique_questions])
-    summary.add_split(
-        outputs.POLICY,
-        split,
-        [
-            outputs.policy_row(DATA_SOURCE_POLICY, e.question, e.fact.answer, answer_type(e.fact.answer), e.origin)
-            for e in unique_questions
-        ],
-    )
-    summary.add_split(
-        outputs.BRADLEY_TERRY,
-        split,
-        [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples]
-        + [
+    """The split's rows of every file, from its examples; `rng` (the split's stream) grades the answers, then
+    places the pairwise rows' good answers."""
+    questions = list({(e.category, e.fact.key, e.phrasing): e for e in examples}.values())
+    summary.add_split(outputs.SFT, split, [outputs.sft_row(e.question, e.good) for e in questions])
+    summary.add_split(outputs.POLICY, split, _policy_rows(questions))
+    summary.add_split(outputs.BRADLEY_TERRY, split, _bradley_terry_rows(examples, questions, options))
+    graded = _graded_split(examples, split, rng, options)
+    summary.add_split(outputs.POINTWISE, split, _pointwise_rows(graded, options))
+    summary.add_split(outputs.SFT_JUDGE_POINTWISE, split, _pointwise_judge_rows(graded, options))
+    summary.add_split(outputs.ATTRIBUTES, split, _attribute_rows(graded))
+    ordered = _ordered_pairs(examples, rng, options)
+    tied = _tied(examples, len(ordered), options.pairwise_tie_share, random.Random(f"{options.seed}/{split}/ties"))
+    summary.add_split(outputs.PAIRWISE, split, _pairwise_rows(ordered, tied, options))
+    summary.add_split(outputs.SFT_JUDGE_PAIRWISE, split, _pairwise_judge_rows(ordered, tied, options))
+
+
+def _policy_rows(questions: list[Example]) -> list[dict]:
+    return [
+        outputs.policy_row(DATA_SOURCE_POLICY, e.question, e.fact.answer, answer_type(e.fact.answer), e.origin)
+        for e in questions
+    ]
+
+
+def _bradley_terry_rows(examples: list[Example], questions: list[Example], options: OfflineConfig) -> list[dict]:
+    """Each example's good answer over its flawed one; with --hard-negatives, also each question's good answer over
+    its hard negatives."""
+    rows = [outputs.bradley_terry_row(e.question, e.good, e.flawed, MARGIN) for e in examples]
+    if options.hard_negatives:
+        rows += [
             outputs.bradley_terry_row(e.question, e.good, negative, MARGIN)
-            for e in (unique_questions if options.hard_negatives else [])
+            for e in questions
             for negative in e.hard_negatives()
-        ],
-    )
+        ]
+    return rows
+
+
+def _graded_split(
+    examples: list[Example], split: str, rng: random.Random, options: OfflineConfig
+) -> list[tuple[Example, int, str]]:
+    """(example, grade, graded response) of each example; the default draw always consumes `rng`."""
     graded = _graded(examples, None, rng)
     if options.confident_share is not None:
         # Drawn from a stream of its own after the default draw, so that the files drawn later stay the same.
         graded = _graded(examples, options.confident_share, random.Random(f"{options.seed}/{split}/confident"))
+    return graded
 
-    def reference(e: Example) -> str | None:
-        return reference_answer(e.fact, e.phrasing) if options.pointwise_reference else None
 
-    def working(e: Example) -> str | None:
-        return e.fact.working if options.arithmetic_working else None
+def _reference(e: Example, options: OfflineConfig) -> str | None:
+    return reference_answer(e.fact, e.phrasing) if options.pointwise_reference else None
 
-    def recalled(e: Example) -> str | None:  # the answer a demonstration recalls first, for the recall reward
-        return e.fact.answer if options.pointwise_value_first == "answer" else None
 
-    summary.add_split(
-        outputs.POINTWISE,
-        split,
-        [
-            outputs.pointwise_row(
-                DATA_SOURCE_POINTWISE, e.question, response, score, e.origin, reference(e), recalled(e)
-            )
-            for e, score, response in graded
-        ],
-    )
-    summary.add_split(
-        outputs.SFT_JUDGE_POINTWISE,
-        split,
-        [
-            outputs.judge_sft_row(
-                templates.pointwise_messages(e.question, response, reference(e)),
-                offline_labels.pointwise_answer(
-                    score, e.fact.answer, e.wrong, options.pointwise_value_first, working(e)
-                ),
-            )
-            for e, score, response in graded
-        ],
-    )
-    summary.add_split(
-        outputs.ATTRIBUTES,
-        split,
-        [
-            outputs.attributes_row(e.question, response, offline_labels.attributes(score, e.category, response))
-            for e, score, response in graded
-        ],
-    )
+def _working(e: Example, options: OfflineConfig) -> str | None:
+    return e.fact.working if options.arithmetic_working else None
+
+
+def _recalled(e: Example, options: OfflineConfig) -> str | None:
+    """The answer a demonstration recalls first, for the recall reward."""
+    return e.fact.answer if options.pointwise_value_first == "answer" else None
+
+
+def _pointwise_rows(graded: list[tuple[Example, int, str]], options: OfflineConfig) -> list[dict]:
+    return [
+        outputs.pointwise_row(
+            DATA_SOURCE_POINTWISE, e.question, response, score, e.origin, _reference(e, options), _recalled(e, options)
+        )
+        for e, score, response in graded
+    ]
+
+
+def _pointwise_judge_rows(graded: list[tuple[Example, int, str]], options: OfflineConfig) -> list[dict]:
+    return [
+        outputs.judge_sft_row(
+            templates.pointwise_messages(e.question, response, _reference(e, options)),
+            offline_labels.pointwise_answer(
+                score, e.fact.answer, e.wrong, options.pointwise_value_first, _working(e, options)
+            ),
+        )
+        for e, score, response in graded
+    ]
+
+
+def _attribute_rows(graded: list[tuple[Example, int, str]]) -> list[dict]:
+    return [
+        outputs.attributes_row(e.question, response, offline_labels.attributes(score, e.category, response))
+        for e, score, response in graded
+    ]
+
+
+def _ordered_pairs(examples: list[Example], rng: random.Random, options: OfflineConfig) -> list[tuple[Example, bool]]:
+    """(example, whether its good answer is A) of each pairwise row, A and B balanced; with --both-orders each
+    example twice, the second time swapped."""
     positions = outputs.balanced_positions(len(examples), rng)
-    ordered = [
+    return [
         (e, good_is_a)
         for e, drawn in zip(examples, positions, strict=True)
         for good_is_a in ((drawn, not drawn) if options.both_orders else (drawn,))
     ]
+
+
+def _pairwise_rows(
+    ordered: list[tuple[Example, bool]], tied: list[tuple[Example, str, str]], options: OfflineConfig
+) -> list[dict]:
     ties = options.pairwise_ties
-    tied = _tied(examples, len(ordered), options.pairwise_tie_share, random.Random(f"{options.seed}/{split}/ties"))
-    summary.add_split(
-        outputs.PAIRWISE,
-        split,
-        [
-            outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin, ties)
-            for e, chosen_is_a in ordered
-        ]
-        + [
-            outputs.pairwise_verdict_row(DATA_SOURCE_PAIRWISE, e.question, a, b, templates.PAIRWISE_TIE, e.origin, ties)
-            for e, a, b in tied
-        ],
-    )
-    summary.add_split(
-        outputs.SFT_JUDGE_PAIRWISE,
-        split,
-        [
-            outputs.judge_sft_row(
-                templates.pairwise_messages(
-                    e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good)), ties
-                ),
-                offline_labels.pairwise_answer(
-                    good_is_a, e.fact.answer, e.wrong, options.pairwise_answer_first, working(e)
-                ),
-            )
-            for e, good_is_a in ordered
-        ]
-        + [
-            outputs.judge_sft_row(
-                templates.pairwise_messages(e.question, a, b, ties),
-                offline_labels.pairwise_tie_answer(e.fact.answer, options.pairwise_answer_first, working(e)),
-            )
-            for e, a, b in tied
-        ],
-    )
+    return [
+        outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin, ties)
+        for e, chosen_is_a in ordered
+    ] + [
+        outputs.pairwise_verdict_row(DATA_SOURCE_PAIRWISE, e.question, a, b, templates.PAIRWISE_TIE, e.origin, ties)
+        for e, a, b in tied
+    ]
+
+
+def _pairwise_judge_rows(
+    ordered: list[tuple[Example, bool]], tied: list[tuple[Example, str, str]], options: OfflineConfig
+) -> list[dict]:
+    ties, answer_first = options.pairwise_ties, options.pairwise_answer_first
+    return [
+        outputs.judge_sft_row(
+            templates.pairwise_messages(e.question, *((e.good, e.flawed) if good_is_a else (e.flawed, e.good)), ties),
+            offline_labels.pairwise_answer(good_is_a, e.fact.answer, e.wrong, answer_first, _working(e, options)),
+        )
+        for e, good_is_a in ordered
+    ] + [
+        outputs.judge_sft_row(
+            templates.pairwise_messages(e.question, a, b, ties),
+            offline_labels.pairwise_tie_answer(e.fact.answer, answer_first, _working(e, options)),
+        )
+        for e, a, b in tied
+    ]
 
 
 def _tied(

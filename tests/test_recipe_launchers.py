@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -474,3 +475,60 @@ def test_every_knob_line_must_reach_the_command(tmp_path):
     )
     with pytest.raises(LaunchError, match="knobs EPOCHS are declared but not passed"):
         read_launcher_script(script)
+
+
+def write_family(tmp_path: Path, knobs_file: str, launcher_lines: str = "") -> Path:
+    """A launcher family as the GRPO and scalar-head ones: family/knobs.sh and family/member/run_x.sh, which sets
+    its own knob, sources the knobs file and passes its argument array."""
+    (tmp_path / "family" / "member").mkdir(parents=True)
+    (tmp_path / "family" / "knobs.sh").write_text(knobs_file)
+    script = tmp_path / "family" / "member" / "run_x.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\n# run_x: a member\nset -euo pipefail\n\n"
+        "TRAIN_FILE=${TRAIN_FILE:-./train.parquet}  # its data\n"
+        f'source "$(dirname "$0")/../knobs.sh"\n{launcher_lines}\n'
+        'exec python -m training.launch sft "$0" \\\n    "${SHARED_ARGUMENTS[@]}" optim.lr="$LR" \\\n    "$@"\n'
+    )
+    return script
+
+
+SHARED_KNOBS = (
+    "# shellcheck shell=bash\n# the family's knobs\nMODEL_PATH=${MODEL_PATH:-./model}  # base model\n\n"
+    'SHARED_ARGUMENTS=(  # their keys\n    model.partial_pretrain="$MODEL_PATH"\n'
+    '    data.train_files="$TRAIN_FILE"\n)\n'
+)
+
+
+def test_a_sourced_knobs_file_gives_its_knobs_and_bash_passes_what_the_core_reads(tmp_path):
+    script = write_family(tmp_path, SHARED_KNOBS, "LR=${LR:-1e-5}  # rate")
+    launcher = read_launcher_script(script)
+    assert launcher.header == ["run_x: a member"] and launcher.recipe == "sft"
+    assert launcher.sourced == [script.parent / "../knobs.sh"]
+    assert [(knob.name, knob.default, knob.key) for knob in launcher.knobs] == [
+        ("MODEL_PATH", "./model", "model.partial_pretrain"),
+        ("TRAIN_FILE", "./train.parquet", "data.train_files"),
+        ("LR", "1e-5", "optim.lr"),
+    ]
+    # bash runs the same command: a stand-in python prints the arguments it is given
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "LR": "3e-4"}
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True, check=True)
+    expected = ["model.partial_pretrain=./model", "data.train_files=./train.parquet", "optim.lr=3e-4"]
+    assert result.stdout.splitlines() == ["-m", "training.launch", "sft", str(script), *expected, "--dry-run"]
+
+
+@pytest.mark.parametrize(
+    "knobs_file, launcher_lines, message",
+    [
+        (SHARED_KNOBS.replace("SHARED_ARGUMENTS=(", "OTHER_ARGUMENTS=("), "LR=${LR:-1}  # rate", "names no argument"),
+        (SHARED_KNOBS, "MODEL_PATH=${MODEL_PATH:-./other}  # again\nLR=${LR:-1}  # rate", "declared a second time"),
+        (SHARED_KNOBS.replace(")\n", ""), "LR=${LR:-1}  # rate", "knobs.sh line 5: the argument array"),
+        (SHARED_KNOBS + 'exec python -m training.launch sft "$0" "$@"\n', "LR=${LR:-1}  # rate", "knobs.sh line 9"),
+    ],
+)
+def test_a_knobs_file_out_of_format_is_refused(tmp_path, knobs_file, launcher_lines, message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
+        read_launcher_script(write_family(tmp_path, knobs_file, launcher_lines))

@@ -21,18 +21,11 @@ MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-2}  # conversations per forward per process
 MAX_LENGTH=${MAX_LENGTH:-4096}  # maximum tokens per conversation
 LR=${LR:-2e-6}  # peak learning rate
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-2}  # training epochs (the LR schedule spans them all)
-STRATEGY=${STRATEGY:-fsdp2}  # fsdp | fsdp2
-N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}  # processes per node (GPUs; CPU mode: 1)
-NNODES=${NNODES:-1}  # nodes; > 1 needs MASTER_ADDR and NODE_RANK (and a SAVE_DIR all nodes share)
-NODE_RANK=${NODE_RANK:-0}  # this node's rank (several nodes)
-MASTER_ADDR=${MASTER_ADDR:-}  # address of node 0 (several nodes)
-MASTER_PORT=${MASTER_PORT:-29500}  # rendezvous port on node 0 (several nodes)
+# STRATEGY and the nodes and GPUs to train on: the knobs both scalar-head judges share, in
+# ../scalar_head_knobs.sh with SCALAR_HEAD_ARGUMENTS, the config key each knob sets (--help lists them all).
+# shellcheck source=../scalar_head_knobs.sh
+source "$(dirname "$0")/../scalar_head_knobs.sh"
 
 exec python -m training.launch multi-aspect "$0" \
-    model.partial_pretrain="$MODEL_PATH" data.train_files="$TRAIN_FILE" data.val_files="$VAL_FILE" \
-    trainer.default_local_dir="$SAVE_DIR" data.train_batch_size="$TRAIN_BATCH_SIZE" \
-    data.micro_batch_size_per_gpu="$MICRO_BATCH_SIZE" data.max_length="$MAX_LENGTH" optim.lr="$LR" \
-    trainer.total_epochs="$TOTAL_EPOCHS" model.strategy="$STRATEGY" trainer.n_gpus_per_node="$N_GPUS_PER_NODE" \
-    trainer.nnodes="$NNODES" launch.node_rank="$NODE_RANK" launch.master_addr="$MASTER_ADDR" \
-    launch.master_port="$MASTER_PORT" \
+    "${SCALAR_HEAD_ARGUMENTS[@]}" \
     "$@"

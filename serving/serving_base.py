@@ -1,0 +1,137 @@
+"""What every route handler shares: the judge service they call (`JudgeService`), the request limits, the
+client-disconnect watch, and `ServingHandler.answer`, which turns judge or compare requests into responses. The
+handlers, one module per concern: serving_judge (/judge, /batch_judge), serving_compare (/compare,
+/batch_compare), serving_groups (/judge_group), serving_openrlhf (/openrlhf/reward); app.py wires the routes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
+
+from fastapi import HTTPException, Request
+
+from .batching import BatcherStopped, QueueFull
+from .config import ServingConfig
+from .judges import ComparisonItem, JudgeIdentity, JudgeItem, Verdict
+from .metrics import ServerMetrics
+from .schemas import CompareRequest, CompareResponse, GroupJudgeRequest, JudgeRequest, VerdictResponse
+
+CLIENT_LEFT = 499  # nginx's status for a request whose client disconnected first; only the metrics see it
+COMPARING_JUDGES = "a pairwise or scalar judge"
+
+Request_ = TypeVar("Request_", JudgeRequest, CompareRequest)
+Response_ = TypeVar("Response_", bound=VerdictResponse)
+
+
+class JudgeService(Protocol):
+    """What the routes need from whatever runs the judge (the local batcher, or a Ray Serve replica)."""
+
+    identity: JudgeIdentity
+    replica: str  # which process answers: host:pid, or the Ray Serve replica id
+    can_compare: bool  # whether the judge answers /compare
+
+    @property
+    def queue_depth(self) -> int: ...
+
+    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        """One verdict per item, in order."""
+
+    async def compare(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
+        """One verdict per comparison, in order (score: the probability that response_a is better)."""
+
+
+class ServingHandler:
+    """The base of the route handlers: the service, the server's limits and its metrics."""
+
+    def __init__(self, service: JudgeService, config: ServingConfig, metrics: ServerMetrics):
+        self.service, self.config, self.metrics = service, config, metrics
+
+    async def answer(
+        self,
+        http_request: Request,
+        requests: Sequence[Request_],
+        run: Callable[[list], Awaitable[list[Verdict]]],
+        response_type: type[Response_],
+    ) -> list[Response_]:
+        """One response per request; a request over an item-level limit gets its error, never a verdict."""
+        started = time.perf_counter()
+        request_ids = [r.request_id if r.request_id is not None else uuid.uuid4().hex for r in requests]
+        refusals = [text_size_error(r, self.config.max_text_chars) for r in requests]
+        accepted = [r.item() for r, refusal in zip(requests, refusals, strict=True) if refusal is None]
+        answered = await judged_unless_client_leaves(http_request, run(accepted)) if accepted else []
+        in_order = iter(answered)
+        verdicts = [Verdict.failed(refusal) if refusal else next(in_order) for refusal in refusals]
+        self.metrics.count_verdicts(verdicts, comparisons=response_type is CompareResponse)
+        common = {"latency": time.perf_counter() - started, **self.judge_metadata()}
+        return [response_type.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
+
+    def judge_metadata(self) -> dict[str, str]:
+        """Which judge answered, as each response's metadata says."""
+        return {"judge": self.service.identity.kind, "model_id": self.service.identity.model_id}
+
+    def check_batch_size(self, count: int) -> None:
+        limit = self.config.max_batch_requests
+        if count > limit:
+            raise HTTPException(413, f"{count} requests in one batch; the limit is {limit} (--max-batch-requests)")
+
+    def check_batch(self, requests: Sequence[Request_]) -> None:
+        self.check_batch_size(len(requests))
+        _check_unique_ids(requests)
+
+    def check_can_compare(self, path: str) -> None:
+        if not self.service.can_compare:
+            kind = self.service.identity.kind
+            raise HTTPException(400, f"{path} needs {COMPARING_JUDGES}; this server hosts a {kind} judge")
+
+
+def text_size_error(request: JudgeRequest | CompareRequest | GroupJudgeRequest, max_chars: int) -> str | None:
+    for name, text in request.texts().items():
+        if len(text) > max_chars:
+            return f"{name} has {len(text)} characters; the limit is {max_chars} (--max-text-chars)"
+    return None
+
+
+async def judged_unless_client_leaves(request: Request, judging: Awaitable[list[Verdict]]) -> list[Verdict]:
+    """The verdicts; 503 when the judge's queue is full or stopping; CLIENT_LEFT when the client leaves first."""
+    try:
+        return await _unless_client_leaves(request, judging)
+    except (QueueFull, BatcherStopped) as err:
+        raise HTTPException(503, str(err)) from err
+
+
+async def _unless_client_leaves(request: Request, judging: Awaitable[list[Verdict]]) -> list[Verdict]:
+    """The verdicts; if the client disconnects first, its judgements are cancelled (the batcher skips
+    them and frees their place in the queue) and the request ends with CLIENT_LEFT."""
+    judged = asyncio.ensure_future(judging)
+    left = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({judged, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+        judged.cancel()  # nothing when it has finished
+    if judged not in done:
+        raise HTTPException(CLIENT_LEFT, "the client disconnected before its answer")
+    return judged.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client is gone; the body has been read, so nothing else can arrive."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _check_unique_ids(requests: Sequence[JudgeRequest | CompareRequest]) -> None:
+    seen: set[str] = set()
+    for index, request in enumerate(requests):
+        if request.request_id is None:
+            continue
+        if request.request_id in seen:
+            raise HTTPException(
+                422,
+                f"requests[{index}].request_id {request.request_id!r} repeats an earlier one; "
+                "request ids must be unique within a batch",
+            )
+        seen.add(request.request_id)
