@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 from fastapi import HTTPException, Request
 
+from judge_core.protocol.judge_api import prompt_key
+
 from .batching import BatcherStopped, QueueFull
 from .config import ServingConfig
 from .group_rewards import GroupGatherer
-from .judges.base import prompt_key
 from .metrics import ServerMetrics
 from .schemas import JudgeRequest, JudgeResponse, OpenRLHFRewardRequest, OpenRLHFRewardResponse
 from .serving_base import COMPARING_JUDGES, JudgeService, ServingHandler

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge_core.protocol.judge_api import ComparisonItem, JudgeItem, prompt_key  # noqa: F401 (re-exported)
+from judge_core.protocol.judge_api import ComparisonItem, JudgeItem  # noqa: F401 (re-exported)
 
 
 @dataclass
