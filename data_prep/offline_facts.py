@@ -8,7 +8,9 @@ wrong in others, so no token gives the label away.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -208,185 +210,10 @@ _UNIT_PHRASINGS = (
     Phrasing("How many {small} make {large}?", "{large} is {x} {small}."),
 )
 
-GENERAL = [  # (question, answer sentence, correct, wrong answers of the same kind)
-    ("Which planet is known as the Red Planet?", "The Red Planet is {x}.", "Mars", ("Venus", "Jupiter", "Saturn")),
-    (
-        "What is the largest planet in the Solar System?",
-        "The largest planet in the Solar System is {x}.",
-        "Jupiter",
-        ("Mercury", "Mars", "Venus"),
-    ),
-    (
-        "What is the largest ocean on Earth?",
-        "The largest ocean on Earth is the {x} Ocean.",
-        "Pacific",
-        ("Atlantic", "Indian", "Arctic"),
-    ),
-    ("What do bees make?", "Bees make {x}.", "honey", ("milk", "silk", "wool")),
-    ("What color is the sky on a clear day?", "On a clear day the sky is {x}.", "blue", ("green", "red", "brown")),
-    ("What color are ripe bananas?", "Ripe bananas are {x}.", "yellow", ("blue", "purple", "black")),
-    ("What color is grass?", "Grass is {x}.", "green", ("purple", "orange", "blue")),
-    ("How many legs does a spider have?", "A spider has {x} legs.", "eight", ("six", "four", "ten")),
-    ("How many legs does an insect have?", "An insect has {x} legs.", "six", ("eight", "four", "ten")),
-    ("How many continents are there?", "There are {x} continents.", "seven", ("five", "nine", "twelve")),
-    (
-        "Who wrote Romeo and Juliet?",
-        "Romeo and Juliet was written by {x}.",
-        "William Shakespeare",
-        ("Charles Dickens", "Mark Twain", "Jane Austen"),
-    ),
-    (
-        "Who painted the Mona Lisa?",
-        "The Mona Lisa was painted by {x}.",
-        "Leonardo da Vinci",
-        ("Pablo Picasso", "Vincent van Gogh", "Claude Monet"),
-    ),
-    (
-        "Who developed the theory of relativity?",
-        "The theory of relativity was developed by {x}.",
-        "Albert Einstein",
-        ("Isaac Newton", "Charles Darwin", "Thomas Edison"),
-    ),
-    (
-        "Who was the first person to walk on the Moon?",
-        "The first person to walk on the Moon was {x}.",
-        "Neil Armstrong",
-        ("Albert Einstein", "Christopher Columbus", "Isaac Newton"),
-    ),
-    (
-        "Which animal is known as the king of the jungle?",
-        "The king of the jungle is the {x}.",
-        "lion",
-        ("mouse", "rabbit", "frog"),
-    ),
-    (
-        "What is the tallest animal in the world?",
-        "The tallest animal in the world is the {x}.",
-        "giraffe",
-        ("mouse", "penguin", "snail"),
-    ),
-    (
-        "What is the largest animal on Earth?",
-        "The largest animal on Earth is the {x}.",
-        "blue whale",
-        ("house cat", "chicken", "honey bee"),
-    ),
-    (
-        "Which star is at the center of the Solar System?",
-        "The star at the center of the Solar System is {x}.",
-        "the Sun",
-        ("the Moon", "Mars", "Polaris"),
-    ),
-    (
-        "At what temperature in Celsius does water freeze?",
-        "Water freezes at {x} degrees Celsius.",
-        "0",
-        ("50", "100", "37"),
-    ),
-    (
-        "At what temperature in Celsius does water boil at sea level?",
-        "At sea level water boils at {x} degrees Celsius.",
-        "100",
-        ("0", "50", "37"),
-    ),
-    (
-        "What is the main language spoken in Brazil?",
-        "The main language spoken in Brazil is {x}.",
-        "Portuguese",
-        ("Spanish", "French", "German"),
-    ),
-    (
-        "What is the main language spoken in Mexico?",
-        "The main language spoken in Mexico is {x}.",
-        "Spanish",
-        ("Portuguese", "French", "Russian"),
-    ),
-    (
-        "In which country are the pyramids of Giza?",
-        "The pyramids of Giza are in {x}.",
-        "Egypt",
-        ("Mexico", "Peru", "India"),
-    ),
-    ("What sound does a cow make?", "A cow says {x}.", "moo", ("woof", "meow", "quack")),
-    ("What sound does a dog make?", "A dog says {x}.", "woof", ("moo", "meow", "quack")),
-    ("What do caterpillars turn into?", "Caterpillars turn into {x}.", "butterflies", ("frogs", "birds", "bees")),
-    ("What is frozen water called?", "Frozen water is called {x}.", "ice", ("steam", "sand", "glass")),
-    ("What shape has three sides?", "A shape with three sides is a {x}.", "triangle", ("square", "circle", "hexagon")),
-    ("How many sides does a square have?", "A square has {x} sides.", "four", ("three", "five", "six")),
-    (
-        "Which organ pumps blood through the body?",
-        "The organ that pumps blood through the body is the {x}.",
-        "heart",
-        ("liver", "stomach", "brain"),
-    ),
-    ("Which organ do we use to breathe?", "We breathe with our {x}.", "lungs", ("kidneys", "stomach", "liver")),
-    ("What is the currency of Japan?", "The currency of Japan is the {x}.", "yen", ("euro", "dollar", "peso")),
-    (
-        "What is the hardest natural substance?",
-        "The hardest natural substance is {x}.",
-        "diamond",
-        ("chalk", "wood", "butter"),
-    ),
-    (
-        "What is the longest river in Africa?",
-        "The longest river in Africa is the {x}.",
-        "Nile",
-        ("Thames", "Seine", "Danube"),
-    ),
-    ("On which continent is Kenya?", "Kenya is in {x}.", "Africa", ("Europe", "South America", "Australia")),
-    (
-        "What gas do humans need to breathe to live?",
-        "Humans need to breathe {x} to live.",
-        "oxygen",
-        ("helium", "neon", "carbon monoxide"),
-    ),
-    (
-        "What do plants need from the sun to make food?",
-        "Plants need {x} from the sun to make food.",
-        "light",
-        ("sound", "salt", "snow"),
-    ),
-    ("How many days are there in a leap year?", "A leap year has {x} days.", "366", ("365", "360", "400")),
-    ("Which season comes after winter?", "The season after winter is {x}.", "spring", ("autumn", "summer", "monsoon")),
-    (
-        "What is the first letter of the English alphabet?",
-        "The first letter of the English alphabet is {x}.",
-        "A",
-        ("Z", "M", "Q"),
-    ),
-    (
-        "Which bird is a symbol of peace?",
-        "The bird that is a symbol of peace is the {x}.",
-        "dove",
-        ("vulture", "crow", "penguin"),
-    ),
-    ("What do pandas mostly eat?", "Pandas mostly eat {x}.", "bamboo", ("fish", "cheese", "bread")),
-    ("Which planet do we live on?", "We live on {x}.", "Earth", ("Mars", "Neptune", "Pluto")),
-    (
-        "What is the opposite season of summer?",
-        "The season opposite to summer is {x}.",
-        "winter",
-        ("spring", "autumn", "monsoon"),
-    ),
-    (
-        "What is the largest country in the world by area?",
-        "The largest country in the world by area is {x}.",
-        "Russia",
-        ("Belgium", "Cuba", "Portugal"),
-    ),
-    (
-        "Which instrument has black and white keys?",
-        "The instrument with black and white keys is the {x}.",
-        "piano",
-        ("drum", "trumpet", "flute"),
-    ),
-    ("What is the chemical formula of water?", "The chemical formula of water is {x}.", "H2O", ("CO2", "NaCl", "O3")),
-    (
-        "Which animal is famous for its long trunk?",
-        "The animal famous for its long trunk is the {x}.",
-        "elephant",
-        ("giraffe", "tiger", "horse"),
-    ),
+# (question, answer sentence, correct, wrong answers of the same kind), kept as data beside this module
+GENERAL = [
+    (row["question"], row["sentence"], row["answer"], tuple(row["wrong"]))
+    for row in json.loads(Path(__file__).with_name("general_facts.json").read_text())
 ]
 
 
