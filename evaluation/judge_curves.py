@@ -7,11 +7,12 @@ other seeds. `--metrics` gives one verl metrics file per RUN (`trainer.logger=[c
 gives one verl validation folder per RUN (a GRPO judge's `trainer.validation_data_dir`; evaluation/verl_validation.py):
 its accuracy, format failures and position consistency per validation step.
 
-It prints, per step and run, the score against its chance level, the position consistency (pairwise judges
-evaluated in both orders), the failed rows and the metric at that step, then the verl validations, and writes
-judge_curves.png: the score with chance dashed, the position consistency (of both kinds of evaluation; only when a
-run was evaluated in both orders), the metric and the verl validation accuracy, each against the step; with several
-runs their mean and range. matplotlib comes with the `eval` extra.
+It prints, per step and run, whether the judge read a reference answer (results.json: the evaluation's
+--reference-column, reaching a judge that reads answers), the score against its chance level, the position
+consistency (pairwise judges evaluated in both orders), the failed rows and the metric at that step, then the verl
+validations, and writes judge_curves.png: the score with chance dashed, the position consistency (of both kinds of
+evaluation; only when a run was evaluated in both orders), the metric and the verl validation accuracy, each against
+the step; with several runs their mean and range. matplotlib comes with the `eval` extra.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Point:
     position_consistency: float  # NaN: not evaluated in both orders
     failed_rows: int
     rows: int
+    reads_reference: bool  # the judge was given a reference answer and reads it
 
 
 def read_run(folder: Path) -> dict[int, Point]:
@@ -77,7 +79,15 @@ def _point(path: Path) -> Point:
         consistency.get("share", math.nan) if consistency.get("completions") else math.nan,
         results["failed_rows"],
         results["rows"],
+        reads_reference(results),
     )
+
+
+def reads_reference(results: dict) -> bool:
+    """Whether the evaluation gave the judge a reference answer (--reference-column) that it reads (a judge's
+    identity says `reads_answer`; evaluations older than that field were of pairwise judges, which always read it)."""
+    column = results.get("config", {}).get("evaluation", {}).get("reference_column")
+    return column is not None and results.get("judge", {}).get("reads_answer", True)
 
 
 def read_metric(path: Path, key: str) -> dict[int, float]:
@@ -100,7 +110,7 @@ def table(runs: list[dict[int, Point]], names: list[str], metrics: list[dict[int
     """Per step and run: the score and its chance, position consistency, failed rows, and the metric there."""
     width = max(map(len, names))
     lines = [
-        f"{'step':>4}  {'run':<{width}}  {'score':>6}  {'chance':>6}  {'position consistency':>20}  "
+        f"{'step':>4}  {'run':<{width}}  {'reference':>9}  {'score':>6}  {'chance':>6}  {'position consistency':>20}  "
         f"{'failed rows':>11}  {key:>10}"
     ]
     for step, index, name, point in _by_step(runs, names):
@@ -108,7 +118,8 @@ def table(runs: list[dict[int, Point]], names: list[str], metrics: list[dict[int
         metric = metrics[index].get(step) if metrics else None
         shown = "-" if metric is None else f"{metric:.4f}"
         lines.append(
-            f"{step:>4}  {name:<{width}}  {100 * point.score:>6.1f}  {100 * point.chance:>6.1f}  "
+            f"{step:>4}  {name:<{width}}  {'read' if point.reads_reference else 'none':>9}  {100 * point.score:>6.1f}  "
+            f"{100 * point.chance:>6.1f}  "
             f"{consistency:>20}  {f'{point.failed_rows}/{point.rows}':>11}  {shown:>10}"
         )
     return lines

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from verl.utils.tracking import FileLogger
 
-from evaluation.judge_curves import OUTPUT, main
+from evaluation.judge_curves import OUTPUT, main, reads_reference
 from evaluation.report import write_outputs
 from evaluation.run import EvaluationOptions, evaluate
 from tests.test_evaluate_run import REFERENCE_ROWS, ROWS, LengthJudge, ReferenceJudge
@@ -47,6 +47,7 @@ def test_table_per_step_and_run_with_consistency_failures_and_the_metric(two_run
     assert lines[0].split() == [
         "step",
         "run",
+        "reference",
         "score",
         "chance",
         "position",
@@ -56,13 +57,27 @@ def test_table_per_step_and_run_with_consistency_failures_and_the_metric(two_run
         "val/loss",
     ]
     # ROWS under LengthJudge: 75.0 (see test_evaluate_run), chance the mean of 1/3 and 1/2, one order, no failure
-    assert lines[1] == f"   0  {s1:<{width}}    75.0    41.7                     -          0/3      0.9000"
-    assert lines[2] == f"   0  {s2:<{width}}    75.0    41.7                     -          0/3      0.9000"
+    assert lines[1] == f"   0  {s1:<{width}}       none    75.0    41.7                     -          0/3      0.9000"
+    assert lines[2] == f"   0  {s2:<{width}}       none    75.0    41.7                     -          0/3      0.9000"
     # REFERENCE_ROWS under ReferenceJudge: 5 of 8 completions agree across orders; row c fails
     assert lines[3].startswith(f"  10  {s1:<{width}}  ") and lines[3].endswith("0.625          1/3      0.1000")
     assert lines[4].startswith(f"  10  {s2:<{width}}  ") and lines[4].endswith("0.625          1/3      0.2000")
     assert lines[5] == str(out / OUTPUT)
     assert (out / OUTPUT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("column", "judge", "reads"),
+    [
+        ("reference", {"reads_answer": True}, True),
+        (None, {"reads_answer": True}, False),  # given none
+        ("reference", {"reads_answer": False}, False),  # a judge that ignores answers
+        ("reference", {}, True),  # evaluations from before `reads_answer`: pairwise judges, which read it
+    ],
+)
+def test_the_reference_column_says_whether_the_judge_read_a_reference_answer(column, judge, reads):
+    results = {"config": {"evaluation": {"reference_column": column}}, "judge": judge}
+    assert reads_reference(results) is reads
 
 
 def test_without_metrics_the_metric_column_is_empty(two_runs, tmp_path, capsys):
