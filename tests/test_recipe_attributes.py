@@ -32,6 +32,7 @@ from tests.launcher_helpers import (
 )
 from tests.reward_adapter_servers import make_system
 from tests.support.servers import start_server
+from tests.test_judge_spec import DOCUMENTED_WEIGHTS
 from training import attribute_trainer, export
 from training.launch.config import trainer_config
 from training.launch.recipe import LaunchError
@@ -147,7 +148,7 @@ def test_the_exported_judge_gives_the_trained_models_outputs(run, attribute_file
         assert spec["trained_with"]["validation"]["pearson"][name] == pytest.approx(pearson, rel=1e-4, abs=1e-6)
 
     assert spec["kind"] == "scalar" and spec["attributes"] == ATTRIBUTES
-    assert spec["attribute_weights"] == HELPSTEER2_ATTRIBUTE_WEIGHTS
+    assert spec["attribute_weights"] == DOCUMENTED_WEIGHTS
     assert spec["trained_with"]["recipe"] == "multi-aspect" and spec["trained_with"]["steps"] == STEPS
     assert spec["trained_with"]["validation"]["conversations"] == len(frame)
     config = AutoConfig.from_pretrained(save_dir / "hf")
