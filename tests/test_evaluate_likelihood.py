@@ -66,7 +66,7 @@ def test_each_completion_scores_its_likelihood_after_the_prompt(eval_file, tiny_
 
 
 def test_a_second_judge_is_refused(eval_file, tiny_model_dir, tmp_path, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         main(
             [
                 "--data",

@@ -73,7 +73,7 @@ def test_api_key_comes_from_the_flag_or_the_environment(monkeypatch):
     ],
 )
 def test_invalid_flags_are_refused_with_the_reason(argv, message, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         parse_arguments(argv)
     assert message in capsys.readouterr().err
 
