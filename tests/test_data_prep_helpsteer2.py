@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -98,8 +99,13 @@ def test_multi_turn_prompts_become_messages():
     assert helpsteer2.prompt_messages("Just one turn\nwith two lines") == [
         {"role": "user", "content": "Just one turn\nwith two lines"}
     ]
-    for broken in ("Hi\n<extra_id_1>Robot\nbeep", "Hi\n<extra_id_1>Assistant\nHello", "Hi\n<extra_id_1>User\nAgain"):
-        with pytest.raises(helpsteer2.PromptFormatError):
+    not_alternating = "turns do not alternate user/assistant ending with a user turn"
+    for broken, message in (
+        ("Hi\n<extra_id_1>Robot\nbeep", "a turn marker is not followed by 'User' or 'Assistant' and a newline"),
+        ("Hi\n<extra_id_1>Assistant\nHello", not_alternating),
+        ("Hi\n<extra_id_1>User\nAgain", not_alternating),
+    ):
+        with pytest.raises(helpsteer2.PromptFormatError, match=re.escape(message)):
             helpsteer2.prompt_messages(broken)
 
 
@@ -198,9 +204,16 @@ def test_minimum_strength_is_a_setting(upstream, tmp_path):
     assert summary.skipped[("bradley_terry", "|preference_strength| below 2")] == 2
 
 
-@pytest.mark.parametrize("settings", [{"min_strength": 0}, {"min_strength": 4}, {"sft_min_correctness": 5}])
-def test_thresholds_outside_the_scales_are_refused(settings):
-    with pytest.raises(UsageError):
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"min_strength": 0}, r"the minimum \|preference_strength\| must be 1-3, got 0"),
+        ({"min_strength": 4}, r"the minimum \|preference_strength\| must be 1-3, got 4"),
+        ({"sft_min_correctness": 5}, "the SFT correctness threshold must be 0-4, got 5"),
+    ],
+)
+def test_thresholds_outside_the_scales_are_refused(settings, message):
+    with pytest.raises(UsageError, match=message):
         helpsteer2.HelpSteer2Config(**settings)
 
 
@@ -299,9 +312,8 @@ def test_cli_prints_rows_written_and_skipped(upstream, tmp_path, capsys):
 def test_a_bad_rating_names_file_line_and_field(upstream, tmp_path, field, value, message):
     bad = dict(TRAIN[1], **{field: value})
     write_jsonl_gz(upstream["train"], [TRAIN[0], bad])
-    with pytest.raises(DataError) as error:
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
         convert(upstream, tmp_path / "out")
-    assert str(error.value) == message
 
 
 def test_a_missing_field_and_bad_preferences_are_errors(upstream, tmp_path):
@@ -360,7 +372,8 @@ def test_a_line_that_is_not_json_is_an_error(upstream, tmp_path):
 
 def test_cli_reports_a_bad_file_without_a_traceback(upstream, tmp_path):
     write_jsonl_gz(upstream["train"], [dict(TRAIN[0], helpfulness="x")])
-    with pytest.raises(SystemExit) as exit_info:
+    message = "helpsteer2: train.jsonl.gz line 1: field 'helpfulness' must be an int 0-4, got 'x'"
+    with pytest.raises(SystemExit, match=f"^{re.escape(message)}$"):  # the message, no traceback
         cli.main(
             [
                 "helpsteer2",
@@ -374,7 +387,6 @@ def test_cli_reports_a_bad_file_without_a_traceback(upstream, tmp_path):
                 str(tmp_path / "out"),
             ]
         )
-    assert str(exit_info.value) == "helpsteer2: train.jsonl.gz line 1: field 'helpfulness' must be an int 0-4, got 'x'"
 
 
 def without_source(path):

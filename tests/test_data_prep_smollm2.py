@@ -6,7 +6,6 @@ Run with `-s` to see the per-category table quoted in data_prep/README.md.
 
 import json
 import subprocess
-import sys
 from collections import defaultdict
 
 import pandas as pd
@@ -17,17 +16,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from data_prep import offline
 from judge_models.packing import LAYOUT_KWARG, pack_groups, shared_prefix_length, use_packed_attention
 from tests.conftest import REPO_ROOT
+from tests.support.readme_blocks import readme_block, readme_command, session
 
 pytestmark = pytest.mark.e2e
 DEMO_MAX_TOKENS = 128
+BASE_MODELS = "$ python -m data_prep base-model smollm2 --out models/smollm2"  # data_prep/README.md's session
 
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
+    """data_prep/README.md's command, its output folder this module's; it says what it wrote, as recorded there."""
     out = tmp_path_factory.mktemp("smollm2")
-    subprocess.run(
-        [sys.executable, "-m", "data_prep", "base-model", "smollm2", "--out", str(out)], check=True, cwd=REPO_ROOT
-    )
+    command = readme_command("data_prep/README.md", BASE_MODELS, {"models/smollm2": str(out)})
+    built = subprocess.run(command, check=True, cwd=REPO_ROOT, capture_output=True, text=True)
+    [(_, shown), *_] = session(readme_block("data_prep/README.md", BASE_MODELS).text)
+    assert built.stdout.splitlines()[-1] == shown[-1].replace("models/smollm2", str(out))
     return AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).eval()
 
 

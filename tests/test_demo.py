@@ -2,14 +2,24 @@
 (offline data, base model, verl BT training + export, judge server, JudgeRewardSystem, evaluation)."""
 
 import json
+import shlex
 import subprocess
 
 import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.launcher_helpers import launcher_env
+from tests.support.readme_blocks import commands, readme_block
 
 pytestmark = pytest.mark.e2e
+
+
+def make_demo_script() -> str:
+    """The script README.md's `make demo` runs: the bash command of the Makefile's demo recipe."""
+    assert "make demo" in commands(readme_block("README.md", "make demo").text)
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\ndemo: setup\n", 1)[1].split("\n\n", 1)[0]
+    [script] = [words[words.index("bash") + 1] for words in map(shlex.split, recipe.splitlines()) if "bash" in words]
+    return script
 
 
 def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
@@ -22,7 +32,7 @@ def test_demo_runs_every_stage_with_the_tiny_model(tmp_path):
         "data.max_length=128",
     ]
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / "cookbooks/demo/run_demo.sh"), *bt_settings],
+        ["bash", str(REPO_ROOT / make_demo_script()), *bt_settings],
         env=env,
         capture_output=True,
         text=True,

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from evaluation.cli import main
+from tests.support.readme_blocks import readme_arguments, readme_command
 from tests.support.servers import free_port, start_server
 
 from .conftest import REPO_ROOT
@@ -64,24 +64,16 @@ def judge_server(tiny_scalar_judge_dir, tmp_path_factory):
         yield server
 
 
+# evaluation/README.md's quick start: its first command over HTTP, its second in process
+QUICK_START = "# through a running judge server"
+
+
 @pytest.fixture(scope="module")
 def http_run(judge_server, eval_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("http_run")
+    words = {"OUT/eval/test.parquet": str(eval_file), "http://127.0.0.1:8888": judge_server.url, "eval_out": str(out)}
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evaluation",
-            "--data",
-            str(eval_file),
-            "--out",
-            str(out),
-            "--judge-url",
-            judge_server.url,
-            "--batch-size",
-            "5",
-            "--row-scores",
-        ],
+        [*readme_command("evaluation/README.md", QUICK_START, words, index=0), "--batch-size", "5", "--row-scores"],
         cwd=REPO_ROOT,
         env={**os.environ, "JUDGE_MODEL_API_KEY": API_KEY},
         capture_output=True,
@@ -95,21 +87,9 @@ def http_run(judge_server, eval_file, tmp_path_factory):
 @pytest.fixture(scope="module")
 def in_process_run(tiny_scalar_judge_dir, eval_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("in_process_run")
-    main(
-        [
-            "--data",
-            str(eval_file),
-            "--out",
-            str(out),
-            "--model",
-            str(tiny_scalar_judge_dir),
-            "--max-input-tokens",
-            MAX_INPUT_TOKENS,
-            "--batch-size",
-            "7",
-            "--row-scores",
-        ]
-    )
+    words = {"OUT/eval/test.parquet": str(eval_file), "JUDGE_DIR": str(tiny_scalar_judge_dir), "eval_out": str(out)}
+    command = readme_arguments("evaluation/README.md", QUICK_START, words, index=1)
+    main([*command, "--max-input-tokens", MAX_INPUT_TOKENS, "--batch-size", "7", "--row-scores"])
     return out
 
 

@@ -13,7 +13,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evaluation.cli import main
+from tests.support.readme_blocks import readme_arguments
 from tests.test_evaluate_e2e import rb2_row
+
+LIKELIHOOD_COMMAND = "python -m evaluation --data ./data/eval/test.parquet --likelihood-model ./models/smollm2"
 
 ROWS = [
     rb2_row("capital-0", "capitals", ["The capital of Kenya is Nairobi."], ["The capital of Kenya is Lima.", "Paris."]),
@@ -45,7 +48,12 @@ def transformers_likelihood(model_dir, prompt: str, completion: str) -> float:
 
 def test_each_completion_scores_its_likelihood_after_the_prompt(eval_file, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "out"
-    main(["--data", str(eval_file), "--likelihood-model", str(tiny_model_dir), "--out", str(out), "--row-scores"])
+    words = {  # experiments/evaluation/LOG.md's command, on this file and the tiny model
+        "./data/eval/test.parquet": str(eval_file),
+        "./models/smollm2": str(tiny_model_dir),
+        "./evals/base-likelihood": str(out),
+    }
+    main([*readme_arguments("experiments/evaluation/LOG.md", LIKELIHOOD_COMMAND, words), "--row-scores"])
     results = json.loads((out / "results.json").read_text())
     assert results["judge"]["kind"] == "likelihood" and results["failed_rows"] == 0
     assert results["config"]["judge"] == {"likelihood": {"likelihood_model": str(tiny_model_dir)}}
@@ -58,7 +66,7 @@ def test_each_completion_scores_its_likelihood_after_the_prompt(eval_file, tiny_
 
 
 def test_a_second_judge_is_refused(eval_file, tiny_model_dir, tmp_path, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         main(
             [
                 "--data",

@@ -140,9 +140,9 @@ def test_a_failed_ties_row_takes_the_worst_value_of_every_term():
 
 
 def test_a_scored_row_has_scores_or_an_error():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="row a: exactly one of scores and error must be given"):
         ScoredRow("a", "Math", 1, (0.1, 0.2), "and an error")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="row a: exactly one of scores and error must be given"):
         ScoredRow("a", "Math", 1, None, None)
 
 

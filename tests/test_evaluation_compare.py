@@ -14,6 +14,7 @@ import pytest
 from data_prep import offline, outputs
 from evaluation.cli import main as evaluate
 from evaluation.compare import CompareConfig, RowCredits, compare, main
+from tests.support.readme_blocks import readme_arguments
 
 SMALL = offline.OfflineConfig(train_size=40, val_size=10, eval_size=20, seed=2, val_rows_per_fact=2)
 
@@ -47,8 +48,13 @@ def table_rows(output: str) -> dict[str, list[str]]:
 
 def test_the_difference_is_the_evaluations_and_unmoved_subsets_have_no_spread(evaluations, capsys):
     root, data, rows = evaluations
-    main([str(root / "right"), str(root / "wrong" / "results.json"), "--data", str(data)])
-    printed = table_rows(capsys.readouterr().out)
+    folders = {"./evals/warm-start-val": root / "right", "./evals/grpo-step8-val": root / "wrong"}
+    words = {shown: str(folder) for shown, folder in folders.items()} | {"./data/eval/val.parquet": str(data)}
+    main(readme_arguments("evaluation/README.md", "python -m evaluation.compare", words))  # the README's command
+    output = capsys.readouterr().out
+    main([str(root / "right"), str(root / "wrong" / "results.json"), "--data", str(data)])  # a results.json: the same
+    assert capsys.readouterr().out == output
+    printed = table_rows(output)
     right, wrong = subset_scores(root / "right"), subset_scores(root / "wrong")
     assert right["arithmetic"] > 0 and wrong["arithmetic"] == 0
     for name, cells in printed.items():

@@ -1,6 +1,8 @@
 """The GRPO reward functions: format failures never score as predictions, rewards fall with distance,
 adversarial answers cannot earn more than an honest one, and every sample reports the same keys."""
 
+import re
+
 import pytest
 
 from judge_core.grpo_rewards import (
@@ -184,9 +186,17 @@ def test_ground_truth_of_the_other_mode_is_a_data_error(function, ground_truth):
         function("offline", scored(3), ground_truth)
 
 
-@pytest.mark.parametrize("ground_truth", ["3", '{"score": 7}', "not json", None])
-def test_invalid_ground_truth_raises_instead_of_scoring(ground_truth):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "ground_truth, message",
+    [
+        ("3", "ground truth '3' is neither"),
+        ('{"score": 7}', "pointwise label 7 is not an integer in 0..4"),
+        ("not json", "ground truth 'not json' is not JSON"),
+        (None, "ground truth None is not JSON"),
+    ],
+)
+def test_invalid_ground_truth_raises_instead_of_scoring(ground_truth, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         compute_pointwise_score("offline", scored(3), ground_truth)
 
 

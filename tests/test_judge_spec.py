@@ -3,11 +3,23 @@ import json
 import pytest
 
 from judge_core.protocol.judge_spec import (
+    HELPSTEER2_ATTRIBUTE_WEIGHTS,
     JudgeSpec,
     kind_from_architectures,
     load_judge_spec,
     parse_attribute_weights,
 )
+from tests.conftest import REPO_ROOT
+
+# The default attribute weights as the multi-aspect README documents them (and experiments/serving/LOG.md's recorded
+# response shows them), written out: compared with the constant itself, a wrong constant would pass.
+DOCUMENTED_WEIGHTS = {
+    "helpfulness": 0.3,
+    "correctness": 0.74,
+    "coherence": 0.46,
+    "complexity": 0.47,
+    "verbosity": -0.33,
+}
 
 
 def test_scalar_probability_is_a_shifted_scaled_sigmoid():
@@ -90,3 +102,13 @@ def test_attribute_weights_parse_from_the_flag_syntax():
         "helpfulness": 0.5,
         "verbosity": -1.0,
     }
+
+
+def test_the_default_attribute_weights_are_the_documented_ones():
+    from training.attributes import score_weights
+
+    assert HELPSTEER2_ATTRIBUTE_WEIGHTS == DOCUMENTED_WEIGHTS
+    assert score_weights(list(DOCUMENTED_WEIGHTS), None) == DOCUMENTED_WEIGHTS  # what an export writes by default
+    readme = (REPO_ROOT / "cookbooks" / "training_judge_model" / "multi-aspect" / "README.md").read_text()
+    shown = ", ".join(f"{name} {weight}".replace("-", "\N{MINUS SIGN}") for name, weight in DOCUMENTED_WEIGHTS.items())
+    assert shown in " ".join(readme.split())

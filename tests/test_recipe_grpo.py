@@ -40,6 +40,7 @@ from tests.grpo_recipe import (
 from tests.launcher_helpers import logged_metrics
 from tests.reward_adapter_servers import make_system
 from tests.support.processes import run_in_own_group
+from tests.support.readme_blocks import readme_command
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -47,6 +48,7 @@ pytestmark = pytest.mark.e2e
 # A hang's bound: warm start and run took 395 s together beside the vLLM tests on a slow 2-core machine.
 LAUNCHER_TIMEOUT_S = 900
 SERVED_NEW_TOKENS = 16
+GRPO_README = "cookbooks/training_judge_model/grpo/README.md"
 
 
 def run_bash(script: Path, *args: str, env: dict, cwd: Path) -> str:
@@ -88,8 +90,11 @@ def warm_judge(mode: str, tiny_model_dir: Path, directory: Path) -> Path:
 
 def cpu_cluster(ray_tmpdir: str):
     """`ray start --head` on loopback, declaring what a CPU-mode run asks for (the launcher checks it before it
-    submits): 1 logical GPU and the `cpu` resource, as the README's CPU cluster."""
-    return ray_head(ray_tmpdir, "--num-cpus=4", "--num-gpus=1", '--resources={"cpu": 1}')
+    submits): the resources of the README's CPU cluster, 1 logical GPU and the `cpu` resource among them."""
+    start = readme_command(GRPO_README, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray start --head")
+    resources = [word for word in start if word.startswith(("--num-cpus=", "--num-gpus=", "--resources="))]
+    assert resources == ["--num-cpus=4", "--num-gpus=1", '--resources={"cpu": 1}'], start
+    return ray_head(ray_tmpdir, *resources)
 
 
 def run_recipe(

@@ -25,6 +25,7 @@ from tests.launcher_helpers import (
     pretend_flash_attention,
     run_launcher,
 )
+from tests.support.readme_blocks import readme_command
 from training.launch.core import launch_environment
 from training.launch.recipe import LaunchError
 from training.launch.script import read_launcher_script
@@ -46,9 +47,12 @@ def write_config(path: Path, text: str) -> str:
 
 
 def refusal(launcher: Path, *args: str, **knobs) -> str:
-    with pytest.raises(LaunchError) as error:
+    """The message a launcher's dry run stops with (each caller checks its text)."""
+    try:
         launch_in_process(launcher, "--dry-run", *args, **knobs)
-    return str(error.value)
+    except LaunchError as error:
+        return str(error)
+    pytest.fail(f"{launcher.name} did not refuse")
 
 
 # --- through bash: what a user runs ---------------------------------------------------------------------
@@ -423,6 +427,48 @@ def test_a_multi_node_run_gets_the_rendezvous_and_only_node_0_exports(inputs, ca
     assert commands[0].startswith(
         "torchrun --nnodes=2 --node_rank=1 --nproc_per_node=8 --master_addr=10.0.0.1 --master_port=29500 -m"
     )
+
+
+def export_words(argv: list[str]) -> tuple[list[str], dict[str, str | None]]:
+    """A `python -m training.export` command line as its kind and folders, and its options (in any order)."""
+    words, positional, options, index = argv[argv.index("training.export") + 1 :], [], {}, 0
+    while index < len(words):
+        if words[index].startswith("--"):
+            value = words[index + 1] if index + 1 < len(words) and not words[index + 1].startswith("--") else None
+            options[words[index]] = value
+            index += 1 if value is None else 2
+        else:
+            positional.append(words[index])
+            index += 1
+    return positional, options
+
+
+def gpu_export(launcher: Path, inputs: dict[str, str], monkeypatch, capsys) -> list[str]:
+    """The export command a launcher runs at the end of a GPU run (its dry run prints it)."""
+    pretend_flash_attention(monkeypatch, installed=True)
+    assert launch_in_process(launcher, "--dry-run", "trainer.device=cuda", **inputs) == 0
+    [export] = [line for line in capsys.readouterr().out.splitlines() if " -m training.export " in line]
+    return shlex.split(export)
+
+
+def test_the_bradley_terry_readmes_export_is_what_the_launcher_runs(inputs, monkeypatch, capsys):
+    """The recipe README's export template, its variables the run's, is the launcher's export of a GPU run."""
+    shown = readme_command(
+        "cookbooks/training_judge_model/bradley-terry/README.md",
+        "python -m training.export scalar $SAVE_DIR",
+        {f"${name}": value for name, value in inputs.items()},
+    )
+    assert export_words(gpu_export(BT_LAUNCHER, inputs, monkeypatch, capsys)) == export_words(shown)
+
+
+def test_the_sft_readmes_export_is_what_the_launcher_runs(inputs, monkeypatch, capsys):
+    """The recipe README's export template, its variables the run's, is the launcher's export of a GPU run."""
+    shown = readme_command(
+        "cookbooks/training_judge_model/sft/README.md",
+        "python -m training.export causal-lm $SAVE_DIR",
+        {f"${name}": value for name, value in inputs.items()},
+    )
+    assert export_words(gpu_export(SFT_LAUNCHER, inputs, monkeypatch, capsys)) == export_words(shown)
 
 
 def test_export_dir_none_runs_no_export_and_the_gpu_export_is_bf16(inputs, capsys, monkeypatch):

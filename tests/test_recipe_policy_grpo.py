@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import shlex
 import tempfile
 import threading
 from pathlib import Path
@@ -32,6 +33,7 @@ from tests.grpo_recipe import (
     stand_in_dashboard,
 )
 from tests.launcher_helpers import logged_metrics
+from tests.support.readme_blocks import readme_block, readme_command, session
 from tests.support.servers import free_port, start_server
 from tests.test_recipe_grpo import run_bash
 from training.launch.config import leaf_keys
@@ -143,6 +145,40 @@ def test_bad_judge_settings_stop_before_anything_starts(
     assert message in launch_error(
         "policy", "--config", str(CPU_CONFIG), "trainer.device=cpu", env=env, monkeypatch=monkeypatch
     )
+
+
+LOGGED_CHECKS = "$ bash .../run_policy_grpo.sh --dry-run --config .../configs/cpu_tiny.yaml"
+
+
+def test_the_logged_checks_are_the_launchers_messages(policy_data, tiny_model_dir, stand_in_judge, monkeypatch):
+    """experiments/policy-rl/LOG.md's recorded checks, again in process: each error line it shows is the launcher's
+    for the settings of its command, the log's judge addresses (:9, where nothing listens; :8891, a judge that
+    wants an API key) standing for this test's."""
+    logged = {"http://127.0.0.1:9": DEAD_JUDGE_URL, "http://127.0.0.1:8891": stand_in_judge}
+    checked = 0
+    for command, output in session(readme_block("experiments/policy-rl/LOG.md", LOGGED_CHECKS).text):
+        shown = [line for line in output if line.startswith("[run_policy_grpo.sh] error: ")]
+        if not shown:
+            continue
+        given = dict(word.split("=", 1) for word in shlex.split(command) if re.fullmatch(r"[A-Z_]+=\S*", word))
+        knobs = {
+            **valid_knobs(policy_data, tiny_model_dir, stand_in_judge),
+            "JUDGE_MODEL_URL": logged.get(given.get("JUDGE_MODEL_URL", ""), given.get("JUDGE_MODEL_URL", "")),
+            "JUDGE_MODEL_API_KEY": given.get("JUDGE_MODEL_API_KEY", ""),
+        }
+        message = launch_error(
+            "policy",
+            "--config",
+            str(CPU_CONFIG),
+            "trainer.device=cpu",
+            env=launcher_env(**knobs),
+            monkeypatch=monkeypatch,
+        )
+        for address, ours in logged.items():
+            message = message.replace(ours, address)
+        assert shown == [f"[run_policy_grpo.sh] error: {message}"]
+        checked += 1
+    assert checked == 4
 
 
 def test_the_judge_becomes_verls_reward_with_the_adapter_settings(
@@ -323,10 +359,10 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
 
 # --- group-relative pairwise rewards (issue 29) ------------------------------------------------------------------
 
-GROUP_OVERRIDES = [  # the cookbook's group-relative settings (README: "A pairwise judge as the reward")
-    f"+{KWARGS}.group_relative=true",
-    "actor_rollout_ref.rollout.val_kwargs.n=2",  # validation judges groups too: 2 answers per prompt at least
-]
+# The cookbook's group-relative settings (README: "A pairwise judge as the reward"), as its command gives them.
+GROUP_COMMAND = "JUDGE_MODEL_URL=http://judge-host:8888 bash cookbooks/rl_with_judge_reward/run_policy_grpo.sh"
+GROUP_WORDS = readme_command("cookbooks/rl_with_judge_reward/README.md", GROUP_COMMAND)
+GROUP_OVERRIDES = GROUP_WORDS[GROUP_WORDS.index("cookbooks/rl_with_judge_reward/run_policy_grpo.sh") + 1 :]
 
 
 def test_the_group_relative_mode_reaches_verls_reward_settings(
@@ -336,7 +372,10 @@ def test_the_group_relative_mode_reaches_verls_reward_settings(
     config = launch.config
     assert config.custom_reward_function.reward_kwargs.group_relative is True
     assert (config.reward_model.reward_manager, config.custom_reward_function.name) == ("batch", "compute_score_batch")
+    # validation judges groups too: 2 answers per prompt at least, sampled (so that they differ)
     assert config.actor_rollout_ref.rollout.val_kwargs.n == 2
+    assert config.actor_rollout_ref.rollout.val_kwargs.do_sample is True
+    assert config.actor_rollout_ref.rollout.val_kwargs.temperature == 1.0  # 0 would sample greedily, or refuse
 
 
 @pytest.fixture(scope="module")

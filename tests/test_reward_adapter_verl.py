@@ -18,6 +18,7 @@ from judge_rewards import verl_reward
 from judge_rewards.reward_health import figures_of
 from tests.conftest import REPO_ROOT
 from tests.group_judge_server import GroupJudgeServer
+from tests.support.readme_blocks import readme_block
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +30,9 @@ ROLLOUTS = [  # (question, response, ground truth, expected rule-judge score)
     ("Pick the even number: (A) 3 (B) 8", "The answer is (B).", "B", 1.0),
 ]
 HEALTH_KEYS = set(figures_of([]))
-EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"} | HEALTH_KEYS
+# One answer's reward as the rl_with_judge_reward cookbook shows it: its keys, and the health figures beside them.
+SHOWN_REWARD = json.loads(readme_block("cookbooks/rl_with_judge_reward/README.md", '{"score": ').text)
+EXTRA_KEYS = set(SHOWN_REWARD) | HEALTH_KEYS
 
 
 def rollout_batch(tiny_tokenizer, rollouts=ROLLOUTS):

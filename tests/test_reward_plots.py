@@ -11,6 +11,7 @@ import pytest
 
 from evaluation.reward_plots import OUTPUTS, Row, first_to_last, per_step, read_rollouts, sign_test
 from tests.conftest import REPO_ROOT
+from tests.support.readme_blocks import readme_command
 
 pytestmark = pytest.mark.e2e
 
@@ -39,14 +40,9 @@ def test_rollout_dumps_become_pictures(tmp_path):
     assert list(steps) == [1, 2]
     assert [r.rule_score for r in steps[2]] == [1.0, 0.0, 1.0, 0.0]  # the rules read the reference answer
     assert steps[2][0].length > steps[1][0].length
-    command = [
-        sys.executable,
-        "-m",
-        "evaluation.reward_plots",
-        str(tmp_path / "rollouts"),
-        "--out",
-        str(tmp_path / "png"),
-    ]
+    # the rl_with_judge_reward cookbook's command, on this run's rollouts
+    words = {"$ROLLOUT_DATA_DIR": str(tmp_path / "rollouts"), "reward_plots": str(tmp_path / "png")}
+    command = readme_command("cookbooks/rl_with_judge_reward/README.md", "python -m evaluation.reward_plots", words)
     subprocess.run(command, check=True, cwd=REPO_ROOT)
     for name in OUTPUTS:
         assert (tmp_path / "png" / name).read_bytes().startswith(PNG)

@@ -379,9 +379,8 @@ def test_a_judge_is_shown_a_reference_exactly_when_it_was_trained_with_one(
     if refusal is None:
         assert load_judge(config).identity.reads_answer is reference_from_answer
         return
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{model} was {refusal}')}"):
         load_judge(config)
-    assert str(refused.value).startswith(f"{model} was {refusal}")
 
 
 def test_reference_from_answer_is_refused_for_a_judge_that_cannot_read_one(tiny_model_dir, tmp_path):

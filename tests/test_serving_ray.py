@@ -53,7 +53,8 @@ def server(tiny_scalar_judge_dir, ray_temp_dir, tmp_path_factory):
     )
     yield running
     assert running.stop() == 0
-    with pytest.raises(ProcessLookupError):  # signal 0 probes the group: GCS, raylet and replicas are gone too
+    # signal 0 probes the group: GCS, raylet and replicas are gone too
+    with pytest.raises(ProcessLookupError, match="No such process"):
         os.killpg(running.process.pid, 0)
 
 

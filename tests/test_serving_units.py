@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import importlib.util
 import itertools
+import shlex
 import socket
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from serving.config import ServingConfig
 from serving.judges import BackendUnavailable, ComparisonItem, JudgeItem, Verdict, load_judge
 from serving.server import parse_arguments, serve
 from tests.support.models import save_successor_judge
+from tests.support.readme_blocks import commands, readme_block
 
 RIGGED_ANSWER = "<think>ok</think><score>3</score>"
 
@@ -71,7 +73,7 @@ def test_api_key_comes_from_the_flag_or_the_environment(monkeypatch):
     ],
 )
 def test_invalid_flags_are_refused_with_the_reason(argv, message, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         parse_arguments(argv)
     assert message in capsys.readouterr().err
 
@@ -249,3 +251,14 @@ def test_the_readme_documents_every_flag():
         add_arguments(parser, config_class)
         flags |= {option for action in parser._actions for option in action.option_strings}
     assert {flag for flag in flags if f"`{flag}`" not in readme} == set()
+
+
+def test_every_quick_start_line_is_a_server_command_it_accepts():
+    """serving/README.md's quick start (not run: each line needs a judge of its kind): every `python -m serving`
+    line's flags are the server's own, with values it takes."""
+    block = readme_block("serving/README.md", "pip install -e '.[serve]'")
+    lines = [shlex.split(command) for command in commands(block.text) if "-m serving" in command]
+    assert len(lines) == 9
+    for words in lines:
+        judge_config, serving_config, http_config = parse_arguments(words[words.index("serving") + 1 :])
+        assert judge_config.model or judge_config.judge == "rule", words

@@ -25,6 +25,6 @@ def test_what_a_finished_command_left_running_is_killed(tmp_path):
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_group(tmp_path):
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired, match=r"timed out after [\d.]+ seconds"):
         run_in_own_group(leaves_a_child(tmp_path / "pid", "time.sleep(30)"), 3)
     assert processes_left_in_group(int((tmp_path / "pid").read_text()), grace_s=5) == []

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -246,12 +248,22 @@ def test_ground_truth_roundtrip_and_validation():
     assert t.read_ground_truth(t.pointwise_ground_truth(3)) == {"score": 3}
     assert t.read_ground_truth(t.pairwise_ground_truth("B")) == {"better": "B"}
     assert t.read_ground_truth(t.pointwise_ground_truth(0, "São Paulo")) == {"score": 0, "answer": "São Paulo"}
-    bad_answers = ('{"score": 1, "answer": ""}', '{"score": 1, "answer": 22}', '{"score": 1, "answer": "2", "x": 1}')
-    bad_labels = ('{"score": 5}', '{"score": "3"}', '{"better": "C"}', '{"score": 1, "better": "A"}', "3", None)
-    for bad in (*bad_labels, *bad_answers):
-        with pytest.raises(ValueError):
-            t.read_ground_truth(bad)
+    neither = 'is neither {"score": N}'
+    bad = {
+        '{"score": 5}': "pointwise label 5 is not an integer in 0..4",
+        '{"score": "3"}': "pointwise label '3' is not an integer in 0..4",
+        '{"better": "C"}': "pairwise label 'C' is not one of ('A', 'B', 'tie')",
+        '{"score": 1, "better": "A"}': neither,
+        "3": neither,
+        None: "ground truth None is not JSON",
+        '{"score": 1, "answer": ""}': "pointwise correct answer '' is not a non-empty string",
+        '{"score": 1, "answer": 22}': "pointwise correct answer 22 is not a non-empty string",
+        '{"score": 1, "answer": "2", "x": 1}': neither,
+    }
+    for ground_truth, message in bad.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            t.read_ground_truth(ground_truth)
     with pytest.raises(ValueError, match="0..4"):
         t.pointwise_ground_truth(9)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pointwise label True is not an integer in 0..4"):
         t.pointwise_ground_truth(True)

@@ -15,6 +15,7 @@ from evaluation.judge_curves import OUTPUT, main
 from evaluation.verl_validation import read_step, read_validation
 from judge_core.grpo_rewards import REWARD_KEYS, compute_pairwise_score, compute_pointwise_score
 from judge_core.protocol import templates
+from tests.support.readme_blocks import readme_arguments
 from tests.test_evaluate_run import ROWS, LengthJudge
 from tests.test_judge_curves import evaluated
 
@@ -80,7 +81,12 @@ def test_judge_curves_prints_and_draws_the_validations_beside_the_evaluations(tm
     validation = tmp_path / "validation"
     dump(validation, 0, STEP_ROWS[:4])
     dump(validation, 4, STEP_ROWS)
-    main([str(run), "--validation", str(validation), "--out", str(tmp_path / "plots")])
+    words = {  # evaluation/README.md's command, on this run
+        "evals/val/grpo-seed1": str(run),
+        "checkpoints/grpo-seed1/validation": str(validation),
+        "plots/": str(tmp_path / "plots"),
+    }
+    main(readme_arguments("evaluation/README.md", "python -m evaluation.judge_curves evals/val/grpo-seed1", words))
     lines = capsys.readouterr().out.splitlines()
     header = lines.index(next(line for line in lines if "verl val accuracy" in line))
     assert lines[header + 1].split() == ["0", str(run), "0.750", "0/4", "0.500", "of", "2", "0"]

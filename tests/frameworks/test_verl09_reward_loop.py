@@ -7,7 +7,6 @@ against the real judge server (run in the main environment). Runs in the verl-0.
 from __future__ import annotations
 
 import asyncio
-import shlex
 import threading
 from pathlib import Path
 
@@ -22,22 +21,22 @@ from judge_rewards.verl_keys import ignored_reward_keys
 from tests.conftest import REPO_ROOT
 from tests.group_judge_server import GroupJudgeServer
 from tests.reward_adapter_servers import start_rule_server
+from tests.support.readme_blocks import readme_command
 
 pytestmark = pytest.mark.e2e
 
 SAMPLES = 48
 HEALTH_KEYS = set(figures_of([]))
 EXTRA_KEYS = {"score", "source", "from_rule_fallback", "from_cache"} | HEALTH_KEYS
-COOKBOOK = REPO_ROOT / "cookbooks" / "rl_with_judge_reward" / "README.md"
+COOKBOOK = "cookbooks/rl_with_judge_reward/README.md"
+VERL09_COMMAND = "JUDGE_MODEL_URL=http://judge-host:8888 python -m verl.trainer.main_ppo"
 KWARGS = "+reward.custom_reward_function.reward_kwargs."
 
 
 def readme_overrides(adapter_settings: bool = False) -> list[str]:
     """The overrides of the cookbook's verl 0.9 command line: its adapter settings (`reward_kwargs`), or the rest
     (each test sets the adapter's)."""
-    section = COOKBOOK.read_text().split("## verl 0.9\n", 1)[1]
-    command = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    words = shlex.split(command.replace("\\\n", " "), comments=True)
+    words = readme_command(COOKBOOK, VERL09_COMMAND)
     overrides = words[words.index("verl.trainer.main_ppo") + 1 :]
     return [override for override in overrides if override.startswith(KWARGS) == adapter_settings]
 
