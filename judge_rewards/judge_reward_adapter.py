@@ -36,10 +36,12 @@ from judge_core import rules
 from judge_core.protocol.groups import GroupGatherer
 from judge_core.protocol.judge_api import JudgeItem, prompt_key
 
+from .composed_reward import ComposedReward
 from .judge_client import BatchingJudgeClient, GroupRequest, GroupResult, JudgeResult, JudgeUnavailableError
 from .reward_config import JudgeRewardConfig
 from .reward_health import RewardHealth
 from .reward_metrics import RewardMetrics
+from .reward_spec import has_spec
 
 log = logging.getLogger("JudgeReward")
 
@@ -58,6 +60,14 @@ class BaseJudgeReward:
     is judged (e.g. rewrite the request, post-process the score); cache, fallback and metrics stay."""
 
     def __init__(self, config: ConfigLike = None):
+        self._composed = None
+        if has_spec(config):  # a reward spec (judge_rewards.reward_spec): its components do the judging
+            self._mapping = dict(config)
+            self._composed = ComposedReward(
+                config, lambda: _ThrottledWarning(FALLBACK_WARNING_INTERVAL_S), BaseJudgeReward
+            )
+            self.config = self._composed.config
+            return
         self.config = config if isinstance(config, JudgeRewardConfig) else JudgeRewardConfig.from_mapping(config)
         self._metrics = RewardMetrics()
         self._client = BatchingJudgeClient(self.config, self._metrics)
@@ -70,8 +80,12 @@ class BaseJudgeReward:
         self._gatherer = _GroupSender(self) if self.config.group_relative else None
         log.info("judge reward adapter: %s", self.config.redacted())
 
-    def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
+    def reward(
+        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None, data_source: Any = None
+    ) -> dict:
         """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion."""
+        if self._composed is not None:
+            return self._composed.reward_batch([_item(prompt, completion, answer, answer_type, data_source)])[0]
         if self.config.group_relative:
             return self.reward_groups([_item(prompt, completion, answer, answer_type)])[0]
         request, cached = self._lookup(prompt, completion, answer, answer_type)
@@ -84,10 +98,15 @@ class BaseJudgeReward:
             outcome = err
         return self._reward_or_error(request, outcome, started, return_exceptions=False)
 
-    async def areward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
+    async def areward(
+        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None, data_source: Any = None
+    ) -> dict:
         """`reward()` for asyncio callers: awaits the judge's answer without holding a thread while it is
         on its way (the rule fallback, when needed, runs in a worker thread: it may compute). In group_relative
-        mode the sample waits for its siblings (group_size, group_window) and is judged with them."""
+        mode the sample waits for its siblings (group_size, group_window) and is judged with them. `data_source`:
+        a reward spec's route value (ignored without routes)."""
+        if self._composed is not None:
+            return await self._composed.areward(prompt, completion, answer, answer_type, data_source)
         if self.config.group_relative:
             request = JudgeItem.create(prompt, completion, answer, answer_type)
             self._metrics.count("total_requests")
@@ -107,6 +126,8 @@ class BaseJudgeReward:
         in flight at once: queued together, so that they go out in as few requests as max_batch_size allows.
         With return_exceptions, a failed item's entry is its JudgeUnavailableError instead of the call raising it."""
         items = list(items)
+        if self._composed is not None:
+            return self._composed.reward_batch(items, return_exceptions)
         if self.config.group_relative:
             return self.reward_groups(items, return_exceptions)
         if type(self)._request_judge is not BaseJudgeReward._request_judge:
@@ -285,6 +306,8 @@ class BaseJudgeReward:
         return self._observed(request, _reward_dict(result, SOURCE_JUDGE))
 
     def get_metrics(self) -> dict:
+        if self._composed is not None:
+            return self._composed.get_metrics()
         metrics = self._metrics.snapshot()
         metrics["circuit_breaker"] = self._client.breaker.snapshot()
         metrics["judge_url"] = self.config.judge_url
@@ -294,6 +317,8 @@ class BaseJudgeReward:
     def health_figures(self, fresh: bool = True) -> dict[str, float]:
         """The reward-health figures of the recent rewards (judge_rewards.reward_health); fresh=False: the cached
         ones, cheap enough to read after every reward."""
+        if self._composed is not None:
+            return self._composed.health_figures(fresh)
         return self._health.figures(fresh)
 
     def _observed(self, request: JudgeItem, reward: dict) -> dict:
@@ -302,6 +327,9 @@ class BaseJudgeReward:
 
     def close(self) -> None:
         """Stop the background worker and the batch threads."""
+        if self._composed is not None:
+            self._composed.close()
+            return
         self._client.close()
         with self._pool_lock:
             if self._pool is not None:
@@ -316,7 +344,7 @@ class BaseJudgeReward:
 
     def __reduce__(self):
         # Threads and connections do not travel: a copy in another process starts its own worker.
-        return type(self), (self.config,)
+        return type(self), (self._mapping if self._composed is not None else self.config,)
 
     def _judge_failed(self, request: JudgeItem, err: JudgeUnavailableError) -> dict:
         """Counts the judge's failure; the rule fallback's reward, or `err` raised where there is none."""
@@ -357,8 +385,9 @@ class BaseJudgeReward:
 JudgeRewardSystem = BaseJudgeReward  # the name training scripts import in place of their RewardSystem
 
 
-def _item(prompt, completion: str, answer: Any, answer_type: str | None) -> dict:
-    return {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
+def _item(prompt, completion: str, answer: Any, answer_type: str | None, data_source: Any = None) -> dict:
+    item = {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
+    return item if data_source is None else {**item, "data_source": data_source}
 
 
 def _prompt_excerpt(request: JudgeItem) -> str:
@@ -476,7 +505,10 @@ class MultiCritiqueJudge:
     """Several judge servers score every item; their rewards are combined by `aggregate`:
     mean: the mean of the judges' rewards; vote: 1.0 when most judges give >= 0.5, 0.0 when most give
     less, 0.5 on a tie. Judges that fail are left out (listed in `error`); when all fail, the rule
-    fallback answers (or JudgeUnavailableError with fallback_to_rule off)."""
+    fallback answers (or JudgeUnavailableError with fallback_to_rule off).
+
+    A reward spec (judge_rewards.reward_spec): one judge component per URL, equal weights, on_failure renormalise,
+    combine weighted_sum (the mean) or vote."""
 
     def __init__(self, judge_urls: Sequence[str], aggregate: str = "mean", config: ConfigLike = None):
         if aggregate not in AGGREGATES:
@@ -486,7 +518,18 @@ class MultiCritiqueJudge:
         base = dataclasses.asdict(config) if isinstance(config, JudgeRewardConfig) else dict(config or {})
         self.aggregate = aggregate
         self.fallback_to_rule = JudgeRewardConfig.from_mapping({**base, "judge_url": judge_urls[0]}).fallback_to_rule
-        self.judges = [JudgeRewardSystem({**base, "judge_url": url, "fallback_to_rule": False}) for url in judge_urls]
+        components = {
+            f"judge_{i}": {
+                "type": "judge",
+                "judge_url": url,
+                "weight": 1 / len(judge_urls),
+                "on_failure": "renormalise",
+            }
+            for i, url in enumerate(judge_urls)
+        }
+        combine = "weighted_sum" if aggregate == "mean" else "vote"
+        self.spec = JudgeRewardSystem({**base, "components": components, "combine": combine})
+        self.judges = list(self.spec._composed.judges.values())
 
     def reward(self, prompt, completion: str, answer: Any = None, answer_type: str | None = None) -> dict:
         return self.reward_batch(
@@ -495,49 +538,37 @@ class MultiCritiqueJudge:
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]]) -> list[dict]:
         items = list(items)
-        with concurrent.futures.ThreadPoolExecutor(len(self.judges)) as pool:
-            per_judge = list(pool.map(lambda judge: judge.reward_batch(items, return_exceptions=True), self.judges))
-        return [self._combine(item, [answers[i] for answers in per_judge]) for i, item in enumerate(items)]
+        outcomes = self.spec.reward_batch(items, return_exceptions=True)
+        return [self._tagged(item, outcome) for item, outcome in zip(items, outcomes, strict=True)]
 
     def get_metrics(self) -> dict:
         return {judge.config.judge_url: judge.get_metrics() for judge in self.judges}
 
     def close(self) -> None:
-        for judge in self.judges:
-            judge.close()
+        self.spec.close()
 
-    def _combine(self, item: Mapping[str, Any], answers: list) -> dict:
-        rewards = [a for a in answers if isinstance(a, dict)]
-        errors = [
-            f"{judge.config.judge_url}: {a}"
-            for judge, a in zip(self.judges, answers, strict=True)
-            if not isinstance(a, dict)
-        ]
-        if not rewards:
-            err = JudgeUnavailableError("no judge answered: " + "; ".join(errors))
+    def _tagged(self, item: Mapping[str, Any], outcome) -> dict:
+        """The spec's reward with the `judges` list (None for those that failed); the rule fallback (or the
+        error raised) when no judge answered."""
+        if isinstance(outcome, JudgeUnavailableError):
+            err = JudgeUnavailableError(f"no judge answered: {outcome}")
             if not self.fallback_to_rule:
                 raise err
             request = JudgeItem.create(item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"))
-            return {**rule_fallback(request, err), "judges": [None] * len(answers)}
-        scores = [r["reward"] for r in rewards]
-        source = SOURCE_CACHE if all(r["source"] == SOURCE_CACHE for r in rewards) else SOURCE_JUDGE
+            return {**rule_fallback(request, err), "judges": [None] * len(self.judges)}
+        components = list(outcome["components"].values())
+        judges = [None if c["reward"] is None else c for c in components]
+        scores = [c["reward"] for c in components if c["reward"] is not None]
+        errors = [
+            f"{j.config.judge_url}: {c['error']}" for j, c in zip(self.judges, components, strict=True) if c["error"]
+        ]
         return {
-            "reward": _aggregate(scores, self.aggregate),
-            "source": source,
-            "explanation": f"{self.aggregate} of {len(scores)}/{len(answers)} judges: {[round(s, 3) for s in scores]}",
-            "request_id": None,
+            **outcome,
+            "source": SOURCE_CACHE if all(c["source"] == SOURCE_CACHE for c in judges if c) else SOURCE_JUDGE,
+            "explanation": f"{self.aggregate} of {len(scores)}/{len(judges)} judges: {[round(s, 3) for s in scores]}",
             "error": "; ".join(errors) or None,
-            "detailed_scores": None,
-            "judges": [a if isinstance(a, dict) else None for a in answers],
+            "judges": judges,
         }
-
-
-def _aggregate(scores: list[float], how: str) -> float:
-    if how == "mean":
-        return sum(scores) / len(scores)
-    passes = sum(score >= 0.5 for score in scores)
-    fails = len(scores) - passes
-    return 1.0 if passes > fails else 0.0 if fails > passes else 0.5
 
 
 def create_judge_reward(config: Mapping[str, Any]) -> BaseJudgeReward | MultiCritiqueJudge:

@@ -10,9 +10,10 @@ any other key, JUDGE_REWARD_CONFIG: a JSON object of adapter settings, e.g. '{"f
 
 Prompt and response are recovered from `queries` and `prompts` as plain text (judge_core.protocol.chat_markup),
 `labels` are the reference answers. The answer has OpenRLHF's shape: `rewards` and `scores` (the same values), and
-in `extra_logs` the numeric flags `judge_rule_fallback` and `judge_from_cache` per sample. A sample that cannot be
-recovered, or that neither the judge nor the rules can score, raises with the reason: OpenRLHF logs it and the
-sample gets no reward, never a made-up one.
+in `extra_logs` the numeric flags `judge_rule_fallback` and `judge_from_cache` per sample, and with a reward spec
+in JUDGE_REWARD_CONFIG (`components`; OpenRLHF passes no data source: a row takes the `"*"` route) each component's
+`component/<name>` value per sample (NaN: none). A sample that cannot be recovered, or that neither the judge nor
+the rules can score, raises with the reason: OpenRLHF logs it and the sample gets no reward, never a made-up one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import threading
 
 from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
+from judge_rewards.composed_reward import COMPONENT_PREFIX
 from judge_rewards.judge_reward_adapter import SOURCE_CACHE, SOURCE_RULE_FALLBACK, JudgeRewardSystem
 from judge_rewards.reward_config import ConfigError
 
@@ -42,14 +44,13 @@ def reward_func(queries: list[str], prompts: list[str], labels: list | None = No
         items.append({"prompt": conversation, "completion": response, "answer": label})
     rewards = reward_system().reward_batch(items)
     scores = [reward["reward"] for reward in rewards]
-    return {
-        "rewards": scores,
-        "scores": scores,
-        "extra_logs": {
-            "judge_rule_fallback": [float(reward["source"] == SOURCE_RULE_FALLBACK) for reward in rewards],
-            "judge_from_cache": [float(reward["source"] == SOURCE_CACHE) for reward in rewards],
-        },
+    extra_logs = {
+        "judge_rule_fallback": [float(reward["source"] == SOURCE_RULE_FALLBACK) for reward in rewards],
+        "judge_from_cache": [float(reward["source"] == SOURCE_CACHE) for reward in rewards],
     }
+    for key in [key for key in (rewards[0] if rewards else {}) if key.startswith(COMPONENT_PREFIX)]:
+        extra_logs[key] = [float(reward[key]) for reward in rewards]  # a reward spec's components (NaN: none)
+    return {"rewards": scores, "scores": scores, "extra_logs": extra_logs}
 
 
 def reward_system() -> JudgeRewardSystem:

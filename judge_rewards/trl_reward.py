@@ -18,13 +18,19 @@ Group-relative pairwise rewards (a pairwise judge, no reference answer: `answer_
 `num_generations` times in a batch) and each group goes to the judge's POST /judge_group; a completion's reward is
 its mean win probability against its siblings. TRL then also logs `<name>/failed_comparisons`, the mean count of
 a completion's comparisons that did not answer.
+
+A reward spec (`components`, judge_rewards/reward_spec.py) routes each row by its `route_column` value and logs
+`<name>/component/<c>` (the batch mean of component c over the rows it scored), and as extras each completion's
+`<name>_component_<c>` value (NaN: none) and `<name>_component_<c>_source`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .composed_reward import COMPONENT_PREFIX
 from .judge_reward_adapter import SOURCE_RULE_FALLBACK, ConfigLike, JudgeRewardSystem
 
 NO_REWARD_SOURCE = "none"  # the source logged for a completion that got None
@@ -54,6 +60,9 @@ class JudgeReward:
                 zip(prompts, completions, answers, answer_types, strict=True)
             )
         ]
+        if getattr(self.system.config, "routed", False):  # a reward spec with routes: by the route column
+            routes = self._column(self.system.config.route_column, columns, len(prompts))
+            items = [{**item, "data_source": route} for item, route in zip(items, routes, strict=True)]
         outcomes = self.system.reward_batch(items, return_exceptions=True)
         rewards = [outcome["reward"] if isinstance(outcome, dict) else None for outcome in outcomes]
         sources = [outcome["source"] if isinstance(outcome, dict) else NO_REWARD_SOURCE for outcome in outcomes]
@@ -67,7 +76,32 @@ class JudgeReward:
                 columns["log_metric"](f"{self.__name__}/{figure}", value)
         if "log_extra" in columns:
             columns["log_extra"](f"{self.__name__}_source", sources)
+        self._log_components(outcomes, columns)
         return rewards
+
+    def _log_components(self, outcomes: list, columns: Mapping[str, Any]) -> None:
+        """A reward spec's components: each one's batch mean (over the rows it scored) as `<name>/component/<c>`,
+        and its per-completion values and sources as extras."""
+        rewarded = [outcome for outcome in outcomes if isinstance(outcome, dict) and "components" in outcome]
+        if not rewarded:
+            return
+        for key in [key for key in rewarded[0] if key.startswith(COMPONENT_PREFIX)]:
+            values = [outcome[key] if isinstance(outcome, dict) else math.nan for outcome in outcomes]
+            scored = [value for value in values if not math.isnan(value)]
+            if "log_metric" in columns and scored:
+                columns["log_metric"](f"{self.__name__}/{key}", sum(scored) / len(scored))
+            if "log_extra" in columns:
+                name = key[len(COMPONENT_PREFIX) :]
+                columns["log_extra"](f"{self.__name__}_component_{name}", values)
+                sources = [
+                    ((outcome.get("components") or {}).get(name) or {}).get("source")
+                    if isinstance(outcome, dict)
+                    else None
+                    for outcome in outcomes
+                ]
+                columns["log_extra"](
+                    f"{self.__name__}_component_{name}_source", [s or NO_REWARD_SOURCE for s in sources]
+                )
 
     def close(self) -> None:
         self.system.close()

@@ -36,6 +36,9 @@ batch-manager call, those of at most 32 rewards ago for a per-sample call). verl
 first sample. Where they show up: verl (0.6.1 and 0.9) writes them to every row of `trainer.rollout_data_dir` /
 `validation_data_dir` JSONL, and logs their validation averages as `val-aux/<data_source>/<key>/mean@N`; its
 training metrics (critic/score/mean) take no reward extra info.
+With a reward spec (`components`, judge_rewards/reward_spec.py) every sample also has `component/<name>` (its value,
+NaN where it has none), `component/<name>/source`, `spec` and `failed_components`, and the row's data_source picks
+its spec through `routes`; the health figures add `component/<name>/health_judge_rule_agreement` and kin.
 verl may pickle these functions into Ray workers, so the adapter is built lazily, once per process
 and settings, at the first call; nothing is built at import.
 """
@@ -47,9 +50,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from judge_rewards.composed_reward import COMPONENT_PREFIX
 from judge_rewards.judge_reward_adapter import SOURCE_CACHE, SOURCE_RULE_FALLBACK, JudgeRewardSystem
 
 QUESTION_KEY = "question"
+NO_COMPONENT_SOURCE = "none"  # a component's source on a row it did not score (not in its spec, or left out)
 ANSWER_TYPE_KEY = "answer_type"
 
 _systems: dict[tuple, JudgeRewardSystem] = {}
@@ -66,9 +71,9 @@ async def compute_score_async(
     """verl 0.9's per-sample call (naive and rate_limited reward managers), awaited in the reward loop: the
     sample's judge request joins the adapter's batches without holding a thread while it waits."""
     judge_config = {name: value for name, value in reward_kwargs.items() if name not in VERL_CALL_KEYS}
-    item = _judge_item(data_source, solution_str, ground_truth, extra_info)
     system = reward_system(judge_config)
-    reward = await system.areward(**item)
+    item = _judge_item(data_source, solution_str, ground_truth, extra_info)
+    reward = await system.areward(**item, data_source=data_source)
     return _verl_score(reward, system.health_figures(fresh=False))
 
 
@@ -93,11 +98,11 @@ def compute_score_batch(
     **judge_config,
 ) -> list[dict]:
     """verl 0.6.1's batch reward manager's call: all samples of a step go to the judge at once."""
+    system = reward_system(judge_config)
     items = [
-        _judge_item(source, solution, truth, extra)
+        _judge_item(source, solution, truth, extra, routed=getattr(system.config, "routed", False))
         for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
     ]
-    system = reward_system(judge_config)
     rewards = system.reward_batch(items)
     health = system.health_figures()
     return [_verl_score(reward, health) for reward in rewards]
@@ -112,7 +117,9 @@ def reward_system(judge_config: dict) -> JudgeRewardSystem:
         return _systems[key]
 
 
-def _judge_item(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None) -> dict:
+def _judge_item(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None, routed: bool = False
+) -> dict:
     question = (extra_info or {}).get(QUESTION_KEY)
     if hasattr(question, "tolist"):  # a message list read from parquet arrives as a numpy array
         question = question.tolist()
@@ -123,12 +130,13 @@ def _judge_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
             f"the prompt (text or a list of {{role, content}} messages) in extra_info.{QUESTION_KEY}; "
             f"see judge_rewards/README.md"
         )
-    return {
+    item = {
         "prompt": question,
         "completion": solution_str,
         "answer": ground_truth,
         "answer_type": (extra_info or {}).get(ANSWER_TYPE_KEY),
     }
+    return {**item, "data_source": data_source} if routed else item
 
 
 def _verl_score(reward: dict, health: dict[str, float]) -> dict:
@@ -142,4 +150,13 @@ def _verl_score(reward: dict, health: dict[str, float]) -> dict:
     if "comparisons" in reward:  # group-relative mode: every sample of it has both counts
         score["comparisons"] = float(reward["comparisons"])
         score["failed_comparisons"] = float(reward["failed"])
+    if "components" in reward:  # a reward spec: each component's value (NaN: none) and source, same keys every row
+        for key, value in reward.items():
+            if key.startswith(COMPONENT_PREFIX):
+                name = key[len(COMPONENT_PREFIX) :]
+                component = reward["components"].get(name)
+                score[key] = float(value)
+                score[f"{key}/source"] = (component or {}).get("source") or NO_COMPONENT_SOURCE
+        score["spec"] = reward["spec"]
+        score["failed_components"] = float(len(reward["failed"]))
     return score

@@ -516,7 +516,6 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("experiments/evaluation/LOG.md", "$ python -m data_prep offline --out offline"): Run(),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
     ("judge_rewards/README.md", REWARD_SYSTEM): Run(judge="rule", given=NO_REWARD_CONFIG, varying=("request_id",)),
-    ("judge_rewards/README.md", "import dataclasses"): Run(),
     ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
     ("serving/README.md", "$ curl -s localhost:8888/batch_judge"): Run(judge="rule", responses="values"),
     ("serving/README.md", "$ curl -s localhost:8888/compare"): Run(judge="scalar", responses="keys"),
@@ -546,7 +545,7 @@ RUN: dict[tuple[str, str], Run | str] = {
 def test_every_block_is_run_here_or_marked_not_runnable():
     blocks = all_runnable_blocks()
     assert len({block.readme for block in blocks}) >= 8, "the READMEs' shell blocks are not found"
-    assert len([block for block in blocks if block.kind == "python"]) >= 10, "the READMEs' python blocks are not found"
+    assert len([block for block in blocks if block.kind == "python"]) >= 8, "the READMEs' python blocks are not found"
     problems = [
         f"{block.readme}:{block.line}: neither run by {Path(__file__).name} (RUN) nor marked "
         f"`Not run by the tests: <reason>` on the line above: {block.key[1]!r}"
