@@ -239,6 +239,13 @@ def test_a_group_judge_component_scores_a_prompts_group_beside_a_rule(group_serv
     assert [(b["path"], b["completions"]) for b in group_server.bodies] == [("/judge_group", GROUP_ANSWERS)]
 
 
+def test_verls_per_sample_compute_score_refuses_a_group_judge_component_by_name(group_server):
+    config = group_spec(group_server.url, "http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"group_judge component 'pairwise'.*compute_score_batch"):
+        verl_reward.compute_score("gsm8k", "\\boxed{4}", "4", {"question": "What is 4?"}, **config)
+    assert group_server.bodies == []
+
+
 def test_verls_batch_hook_routes_each_data_source_to_its_spec_with_a_group_judge(group_server):
     config = group_spec(
         group_server.url,
