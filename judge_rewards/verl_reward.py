@@ -81,9 +81,13 @@ def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **judge_config
 ) -> dict:
     """verl 0.6.1's naive reward manager's per-sample call."""
-    if reward_system(judge_config).config.group_relative:
+    system = reward_system(judge_config)
+    if system.config.group_relative:
+        composed = system._composed  # a reward spec: name its group_judge components, not a key the user never set
+        names = [name for name, c in composed.spec.components.items() if c.type == "group_judge"] if composed else []
+        what = f"group_judge component {', '.join(map(repr, names))}" if names else "group_relative judge reward"
         raise ValueError(
-            "group_relative judge reward: verl's naive reward manager scores one sample at a time and a "
+            f"{what}: verl's naive reward manager scores one sample at a time and a "
             "group-relative reward needs the prompt's whole group: use reward_model.reward_manager=batch with "
             "custom_reward_function.name=compute_score_batch"
         )

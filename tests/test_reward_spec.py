@@ -4,6 +4,7 @@ which scores "What is n?" n / 1000 where the rules give 1.0)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from judge_rewards import ConfigError, JudgeRewardSystem, JudgeUnavailableError, verl_reward
 from judge_rewards.composed_reward import ComponentFailure
 from judge_rewards.trl_reward import JudgeReward
+from tests.group_judge_server import GroupJudgeServer
 from tests.reward_adapter_servers import FaultyJudgeServer, item, start_rule_server
 
 FAST = {"max_retries": 0, "timeout": 5.0, "batch_timeout": 0.01, "use_cache": True}
@@ -201,3 +203,81 @@ def test_trl_hook_routes_by_column_and_logs_each_component(faulty):
     assert values == pytest.approx([0.8, 0.3])
     assert logged["mix/component/arithmetic"] == 0.5 and logged["mix/component/judge"] == pytest.approx(0.6)
     assert extras["mix_component_arithmetic"] == [1.0, 0.0] and extras["mix_component_judge_source"] == ["judge"] * 2
+
+
+GROUP_ANSWERS = ["\\boxed{4}", "so \\boxed{4}", "it is surely \\boxed{5}"]  # the planted judge prefers longer
+
+
+@pytest.fixture
+def group_server():
+    server = GroupJudgeServer("longer")
+    yield server
+    server.close()
+
+
+def group_spec(group_url: str, judge_url: str, **keys) -> dict:
+    """A group_judge (weight 0.6, at `group_url`) and the arithmetic rule (weight 0.4), with `keys` on top."""
+    components = {
+        "pairwise": {"type": "group_judge", "weight": 0.6, "judge_url": group_url},
+        "arithmetic": {"type": "rule", "weight": 0.4},
+    }
+    return {"judge_url": judge_url, **FAST, "components": components, **keys}
+
+
+def test_a_group_judge_component_scores_a_prompts_group_beside_a_rule(group_server):
+    # "longer": the longest answer beats both others (1.0), the middle one beats one of two (0.5), the shortest 0.0
+    items = [{"prompt": "What is 4?", "completion": c, "answer": "4", "answer_type": "NUMBER"} for c in GROUP_ANSWERS]
+    with JudgeRewardSystem(group_spec(group_server.url, "http://127.0.0.1:9")) as system:
+        assert system.config.group_relative
+        rows = system.reward_batch(items)
+    assert [row["component/pairwise"] for row in rows] == [0.0, 0.5, 1.0]
+    assert [row["component/arithmetic"] for row in rows] == [1.0, 1.0, 0.0]
+    assert [row["components"]["pairwise"]["source"] for row in rows] == ["judge"] * 3
+    assert [row["components"]["arithmetic"]["source"] for row in rows] == ["rule"] * 3
+    assert [(row["source"], row["failed"]) for row in rows] == [("judge", {})] * 3
+    assert [row["reward"] for row in rows] == pytest.approx([0.4, 0.6 * 0.5 + 0.4, 0.6])
+    assert [(b["path"], b["completions"]) for b in group_server.bodies] == [("/judge_group", GROUP_ANSWERS)]
+
+
+def test_verls_per_sample_compute_score_refuses_a_group_judge_component_by_name(group_server):
+    config = group_spec(group_server.url, "http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"group_judge component 'pairwise'.*compute_score_batch"):
+        verl_reward.compute_score("gsm8k", "\\boxed{4}", "4", {"question": "What is 4?"}, **config)
+    assert group_server.bodies == []
+
+
+def test_verls_batch_hook_routes_each_data_source_to_its_spec_with_a_group_judge(group_server):
+    config = group_spec(
+        group_server.url,
+        "http://127.0.0.1:9",
+        specs={"math": {"components": {"arithmetic": 1.0}}, "chat": {"components": {"pairwise": 1.0}}},
+        routes={"gsm8k": "math", "*": "chat"},
+    )
+    sources = ["gsm8k", "chat", "gsm8k", "chat", "chat"]
+    solutions = ["\\boxed{5}", GROUP_ANSWERS[0], "\\boxed{4}", GROUP_ANSWERS[2], GROUP_ANSWERS[1]]
+    extra = [{"question": "What is 4?"}] * 5
+    rows = verl_reward.compute_score_batch(sources, solutions, ["4"] * 5, extra, **config)
+    assert [row["spec"] for row in rows] == ["math", "chat", "math", "chat", "chat"]
+    assert [row["score"] for row in rows] == [0.0, 0.0, 1.0, 1.0, 0.5]
+    assert [row["component/pairwise/source"] for row in rows] == ["none", "judge", "none", "judge", "judge"]
+    assert [row["component/arithmetic/source"] for row in rows] == ["rule", "none", "rule", "none", "none"]
+    # only the chat rows form the prompt's group
+    assert [b["completions"] for b in group_server.bodies] == [[GROUP_ANSWERS[0], GROUP_ANSWERS[2], GROUP_ANSWERS[1]]]
+
+
+def test_openrlhfs_reward_func_logs_each_component_of_a_spec_from_its_config_variable(faulty, monkeypatch):
+    from judge_rewards import openrlhf_reward
+
+    monkeypatch.setattr(openrlhf_reward, "_system", None)
+    monkeypatch.setenv(openrlhf_reward.CONFIG_ENV, json.dumps(spec(faulty.url)))
+    prompts = ["What is 600?", "What is 400?"]
+    queries = ["What is 600? \\boxed{600}", "What is 400? \\boxed{7}"]
+    try:
+        answer = openrlhf_reward.reward_func(queries, prompts, ["600", "400"])
+    finally:
+        if openrlhf_reward._system is not None:
+            openrlhf_reward._system.close()
+    assert answer["rewards"] == answer["scores"] == pytest.approx([0.5 * 0.6 + 0.5, 0.5 * 0.4])
+    logs = answer["extra_logs"]
+    assert logs["component/judge"] == pytest.approx([0.6, 0.4]) and logs["component/arithmetic"] == [1.0, 0.0]
+    assert logs["judge_rule_fallback"] == [0.0, 0.0] and faulty.items_received == 2
