@@ -80,6 +80,13 @@ class BaseJudgeReward:
         self._gatherer = _GroupSender(self) if self.config.group_relative else None
         log.info("judge reward adapter: %s", self.config.redacted())
 
+    @property
+    def group_judge_components(self) -> list[str]:
+        """The names of the reward spec's group_judge components (none without a spec)."""
+        if self._composed is None:
+            return []
+        return [name for name, part in self._composed.spec.components.items() if part.type == "group_judge"]
+
     def reward(
         self, prompt, completion: str, answer: Any = None, answer_type: str | None = None, data_source: Any = None
     ) -> dict:

@@ -83,8 +83,7 @@ def compute_score(
     """verl 0.6.1's naive reward manager's per-sample call."""
     system = reward_system(judge_config)
     if system.config.group_relative:
-        composed = system._composed  # a reward spec: name its group_judge components, not a key the user never set
-        names = [name for name, c in composed.spec.components.items() if c.type == "group_judge"] if composed else []
+        names = system.group_judge_components  # a reward spec: name them, not a key the user never set
         what = f"group_judge component {', '.join(map(repr, names))}" if names else "group_relative judge reward"
         raise ValueError(
             f"{what}: verl's naive reward manager scores one sample at a time and a "
