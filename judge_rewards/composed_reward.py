@@ -50,11 +50,6 @@ class ComposedSettings:
     """What the trainer hooks read of a system's `config`."""
 
     group_relative: bool
-    route_column: str
-    routed: bool
-
-    def redacted(self) -> dict:
-        return {"group_relative": self.group_relative, "route_column": self.route_column, "routed": self.routed}
 
 
 @dataclass
@@ -71,7 +66,7 @@ class ComposedReward:
         """`judge_class`: the adapter class each judge component is (BaseJudgeReward: passed in, it imports this)."""
         self.spec: RewardSpec = parse_spec(config)
         kinds = {c.type for c in self.spec.components.values()}
-        self.config = ComposedSettings("group_judge" in kinds, self.spec.route_column, bool(self.spec.routes))
+        self.config = ComposedSettings("group_judge" in kinds)
         self.judges = {name: judge_class(c.judge) for name, c in self.spec.components.items() if c.judge is not None}
         self._health_config = next((j.config for j in self.judges.values()), None) or _DefaultHealth()
         self._health = RewardHealth(self._health_config, make_warner)

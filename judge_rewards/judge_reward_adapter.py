@@ -81,6 +81,13 @@ class BaseJudgeReward:
         log.info("judge reward adapter: %s", self.config.redacted())
 
     @property
+    def route_column(self) -> str | None:
+        """The column whose value routes a row to its reward spec (data_source in verl); None unless a reward spec
+        has routes."""
+        spec = self._composed and self._composed.spec
+        return spec.route_column if spec and spec.routes else None
+
+    @property
     def group_judge_components(self) -> list[str]:
         """The names of the reward spec's group_judge components (none without a spec)."""
         if self._composed is None:

@@ -60,8 +60,8 @@ class JudgeReward:
                 zip(prompts, completions, answers, answer_types, strict=True)
             )
         ]
-        if getattr(self.system.config, "routed", False):  # a reward spec with routes: by the route column
-            routes = self._column(self.system.config.route_column, columns, len(prompts))
+        if self.system.route_column:  # a reward spec with routes: by the route column
+            routes = self._column(self.system.route_column, columns, len(prompts))
             items = [{**item, "data_source": route} for item, route in zip(items, routes, strict=True)]
         outcomes = self.system.reward_batch(items, return_exceptions=True)
         rewards = [outcome["reward"] if isinstance(outcome, dict) else None for outcome in outcomes]

@@ -103,7 +103,7 @@ def compute_score_batch(
     """verl 0.6.1's batch reward manager's call: all samples of a step go to the judge at once."""
     system = reward_system(judge_config)
     items = [
-        _judge_item(source, solution, truth, extra, routed=getattr(system.config, "routed", False))
+        _judge_item(source, solution, truth, extra, routed=system.route_column is not None)
         for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
     ]
     rewards = system.reward_batch(items)
