@@ -41,7 +41,7 @@ from .judge_client import BatchingJudgeClient, GroupRequest, GroupResult, JudgeR
 from .reward_config import JudgeRewardConfig
 from .reward_health import RewardHealth
 from .reward_metrics import RewardMetrics
-from .reward_spec import has_spec
+from .reward_spec import has_spec, with_spec_file
 
 log = logging.getLogger("JudgeReward")
 
@@ -61,6 +61,7 @@ class BaseJudgeReward:
 
     def __init__(self, config: ConfigLike = None):
         self._composed = None
+        config = with_spec_file(config)
         if has_spec(config):  # a reward spec (judge_rewards.reward_spec): its components do the judging
             self._mapping = dict(config)
             self._composed = ComposedReward(

@@ -16,6 +16,10 @@ its key (`components.judge.weight`, `routes.gsm8k`, ...).
         routes: {gsm8k: math, "*": chat}   # data_source (verl) or route_column value (TRL) -> spec
         route_column: data_source
 
+The spec keys may instead sit in a YAML file named by `reward_spec: FILE` (e.g. verl's
+`custom_reward_function.reward_kwargs.reward_spec`, one value on a command line); the adapter's other keys stay
+beside it.
+
 Without `specs` there is one spec, `default`, of all components (top-level `combine`, `gate`). Combines, over the
 values r_i (in [0, 1]) and weights w_i of a row's spec:
   weighted_sum  sum of w_i * r_i; when components were left out (on_failure renormalise), the sum over those that
@@ -98,10 +102,35 @@ class RewardSpec:
 
 
 SPEC_KEYS = tuple(field.name for field in dataclasses.fields(RewardSpecConfig))
+SPEC_FILE_KEY = "reward_spec"
 
 
 def has_spec(config: Any) -> bool:
     return isinstance(config, Mapping) and "components" in config
+
+
+def with_spec_file(config: Any) -> Any:
+    """`config` with the spec keys of its `reward_spec` YAML file in place of that key (None or absent: dropped)."""
+    if not isinstance(config, Mapping) or SPEC_FILE_KEY not in config:
+        return config
+    rest = {key: value for key, value in config.items() if key != SPEC_FILE_KEY}
+    path = config[SPEC_FILE_KEY]
+    if path is None:
+        return rest
+    import yaml  # every trainer's environment has PyYAML; the bare client needs it only for a spec file
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            loaded = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"reward config {SPEC_FILE_KEY}: cannot read {path}: {err}") from None
+    _need(isinstance(loaded, Mapping), SPEC_FILE_KEY, f"{path} must hold a YAML mapping of {SPEC_KEYS}")
+    unknown = sorted(set(loaded) - set(SPEC_KEYS))
+    _need(not unknown, SPEC_FILE_KEY, f"{path}: unknown keys {unknown}; a spec file takes {SPEC_KEYS}")
+    twice = sorted(set(loaded) & set(rest))
+    _need(not twice, SPEC_FILE_KEY, f"{path} sets {twice}, which the config sets too")
+    _need("components" in loaded, SPEC_FILE_KEY, f"{path} has no components")
+    return {**rest, **loaded}
 
 
 def parse_spec(config: Mapping[str, Any]) -> RewardSpec:

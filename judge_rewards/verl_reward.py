@@ -38,7 +38,8 @@ first sample. Where they show up: verl (0.6.1 and 0.9) writes them to every row 
 training metrics (critic/score/mean) take no reward extra info.
 With a reward spec (`components`, judge_rewards/reward_spec.py) every sample also has `component/<name>` (its value,
 NaN where it has none), `component/<name>/source`, `spec` and `failed_components`, and the row's data_source picks
-its spec through `routes`; the health figures add `component/<name>/health_judge_rule_agreement` and kin.
+its spec through `routes` (with `route_column` other than data_source: the row's `extra_info.<route_column>`,
+e.g. `subset`); the health figures add `component/<name>/health_judge_rule_agreement` and kin.
 verl may pickle these functions into Ray workers, so the adapter is built lazily, once per process
 and settings, at the first call; nothing is built at import.
 """
@@ -73,7 +74,7 @@ async def compute_score_async(
     judge_config = {name: value for name, value in reward_kwargs.items() if name not in VERL_CALL_KEYS}
     system = reward_system(judge_config)
     item = _judge_item(data_source, solution_str, ground_truth, extra_info)
-    reward = await system.areward(**item, data_source=data_source)
+    reward = await system.areward(**item, data_source=_route(system.route_column, data_source, extra_info))
     return _verl_score(reward, system.health_figures(fresh=False))
 
 
@@ -103,7 +104,7 @@ def compute_score_batch(
     """verl 0.6.1's batch reward manager's call: all samples of a step go to the judge at once."""
     system = reward_system(judge_config)
     items = [
-        _judge_item(source, solution, truth, extra, routed=system.route_column is not None)
+        _judge_item(source, solution, truth, extra, route_column=system.route_column)
         for source, solution, truth, extra in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
     ]
     rewards = system.reward_batch(items)
@@ -121,7 +122,7 @@ def reward_system(judge_config: dict) -> JudgeRewardSystem:
 
 
 def _judge_item(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None, routed: bool = False
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None, route_column: str | None = None
 ) -> dict:
     question = (extra_info or {}).get(QUESTION_KEY)
     if hasattr(question, "tolist"):  # a message list read from parquet arrives as a numpy array
@@ -139,7 +140,21 @@ def _judge_item(
         "answer": ground_truth,
         "answer_type": (extra_info or {}).get(ANSWER_TYPE_KEY),
     }
-    return {**item, "data_source": data_source} if routed else item
+    if route_column is None:
+        return item
+    return {**item, "data_source": _route(route_column, data_source, extra_info)}
+
+
+def _route(route_column: str | None, data_source: str, extra_info: dict | None) -> Any:
+    """The value that picks a row's reward spec: its data_source, or its extra_info.<route_column>."""
+    if route_column in (None, "data_source"):
+        return data_source
+    if route_column not in (extra_info or {}):
+        raise ValueError(
+            f"judge reward: the reward spec routes by route_column {route_column!r}, and a row of data_source "
+            f"{data_source!r} has no extra_info.{route_column} (its keys: {sorted(extra_info or {})})"
+        )
+    return extra_info[route_column]
 
 
 def _verl_score(reward: dict, health: dict[str, float]) -> dict:

@@ -25,6 +25,7 @@ JUDGE_MAX_CONCURRENT=${JUDGE_MAX_CONCURRENT:-32}  # most HTTP requests to the ju
 JUDGE_TIMEOUT=${JUDGE_TIMEOUT:-30}  # seconds one HTTP attempt to the judge may take
 JUDGE_MAX_RETRIES=${JUDGE_MAX_RETRIES:-3}  # retries of a failed batch (timeouts, connection errors, 429, 5xx)
 JUDGE_FALLBACK_TO_RULE=${JUDGE_FALLBACK_TO_RULE:-true}  # true: the rules score what the judge cannot | false: the step fails
+JUDGE_REWARD_SPEC=${JUDGE_REWARD_SPEC:-null}  # a reward spec YAML: judges and rules mixed, routed (null: the judge alone)
 ROLLOUT_DATA_DIR=${ROLLOUT_DATA_DIR:-null}  # every step's answers with their reward and its source, as JSONL (null: off)
 
 exec python -m training.launch policy-grpo "$0" \
@@ -36,5 +37,6 @@ exec python -m training.launch policy-grpo "$0" \
     custom_reward_function.reward_kwargs.timeout="$JUDGE_TIMEOUT" \
     custom_reward_function.reward_kwargs.max_retries="$JUDGE_MAX_RETRIES" \
     custom_reward_function.reward_kwargs.fallback_to_rule="$JUDGE_FALLBACK_TO_RULE" \
+    custom_reward_function.reward_kwargs.reward_spec="$JUDGE_REWARD_SPEC" \
     trainer.rollout_data_dir="$ROLLOUT_DATA_DIR" \
     "$@"
