@@ -23,6 +23,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from judge_rewards.reward_config import ConfigError
+from judge_rewards.reward_spec import SPEC_FILE_KEY, parse_spec, with_spec_file
 from judge_rewards.verl_keys import JUDGE_REWARD_KEYS, ignored_reward_keys, installed_verl_version
 from training.launch import ray_cluster
 from training.launch.checks import VERL_LOGGERS, Checker
@@ -58,6 +60,7 @@ class GRPORecipe:
 
     name: str
     config_name: str
+    trainer_module: str = "verl.trainer.main_ppo"
 
     def device_overlay(self, device: str) -> dict:
         """CPU mode: one process, the Hugging Face rollout (sync mode, full weights, no tensor parallelism), sdpa
@@ -96,7 +99,7 @@ class GRPORecipe:
         check_batch_shapes(check)
 
     def commands(self, config: DictConfig, snapshot_dir: Path) -> list[Command]:
-        commands = [train_command(config, snapshot_dir, self.name)]
+        commands = [train_command(config, snapshot_dir, self.name, self.trainer_module)]
         if config.launch.export_dir != NO_EXPORT:
             commands.append(export(config, self.name))
         return commands
@@ -110,6 +113,7 @@ class PolicyGRPORecipe(GRPORecipe):
         check = Checker(config, key_names)
         notes = super().prepare(config, key_names, given)
         notes.append(probe_judge(config, check))
+        check_reward_spec(config, check)
         if config.launch.ray_mode == "submit" and os.environ.get(JUDGE_API_KEY_ENV):
             notes.append(
                 f"{JUDGE_API_KEY_ENV} is not sent with the Ray job (the command, its snapshot and the Ray dashboard "
@@ -128,6 +132,20 @@ class PolicyGRPORecipe(GRPORecipe):
         check.number(f"{kwargs}.timeout", 0.001)
         check.integer(f"{kwargs}.max_retries", 0)
         check.boolean(f"{kwargs}.fallback_to_rule")
+
+
+def check_reward_spec(config: DictConfig, check: Checker) -> None:
+    """A reward spec file (JUDGE_REWARD_SPEC) is parsed here, so a bad one fails before Ray starts, and its path
+    is made absolute, since the reward function may run in another working directory (a Ray worker, a job)."""
+    key = f"custom_reward_function.reward_kwargs.{SPEC_FILE_KEY}"
+    path = OmegaConf.select(config, key)
+    if path is None:
+        return
+    OmegaConf.update(config, key, str(Path(path).resolve()))
+    try:
+        parse_spec(with_spec_file(OmegaConf.to_container(config.custom_reward_function.reward_kwargs, resolve=True)))
+    except ConfigError as err:
+        check.fail(key, str(err))
 
 
 def refuse_keys_verl_ignores(config: DictConfig, verl_version: str | None) -> None:
@@ -151,7 +169,7 @@ def refuse_keys_verl_ignores(config: DictConfig, verl_version: str | None) -> No
 GRPO_RECIPES = (
     GRPORecipe("grpo-pointwise", "grpo_pointwise"),
     GRPORecipe("grpo-pairwise", "grpo_pairwise"),
-    PolicyGRPORecipe("policy-grpo", "policy_grpo"),
+    PolicyGRPORecipe("policy-grpo", "policy_grpo", "training.component_metrics"),  # a reward spec's components logged
 )
 
 
@@ -369,11 +387,11 @@ def probe_judge(config: DictConfig, check: Checker) -> str:
 # --- commands --------------------------------------------------------------------------------------------------
 
 
-def train_command(config: DictConfig, snapshot_dir: Path, recipe_name: str) -> Command:
-    """verl's main_ppo on the snapshot, with the overrides that only this launch knows: a frequency of -1 as
-    verl reads "at the end only", and a local run's private Ray instance."""
+def train_command(config: DictConfig, snapshot_dir: Path, recipe_name: str, module: str) -> Command:
+    """verl's main_ppo (or `module`, which runs it) on the snapshot, with the overrides that only this launch
+    knows: a frequency of -1 as verl reads "at the end only", and a local run's private Ray instance."""
     trainer = [
-        "python", "-m", "verl.trainer.main_ppo", "--config-path", str(snapshot_dir), "--config-name", "config",
+        "python", "-m", module, "--config-path", str(snapshot_dir), "--config-name", "config",
         f"hydra.run.dir={snapshot_dir / 'hydra'}",
     ]  # fmt: skip
     trainer += [f"{key}={AT_THE_END_ONLY}" for key in FREQUENCY_KEYS if OmegaConf.select(config, key) == -1]
