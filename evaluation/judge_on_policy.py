@@ -11,6 +11,12 @@ the rewards within a group of the policy's answers, which look nothing like thos
     pair accuracy  share of them in which the judge rewards the right answer more (a tie counts half; 0.5 is a
                    coin): judge_rewards.reward_health's `health_rule_pair_accuracy`, before any training
     right, wrong   the judge's mean reward of the rule-right and of the rule-wrong answers
+    tied           questions whose answers all got the same reward: GRPO learns nothing from them
+
+`--rule-weights 0.25 0.5` also prints each judge mixed with the rules as a reward spec would mix them
+(judge_rewards/reward_spec.py): `JUDGE + w rule`, (1 - w) x judge + w x rule, and `JUDGE gated by rule`, the
+judge's reward where the rule passes, else the rule's. `--subset arithmetic` keeps the questions of that
+`extra_info.subset` (the questions a spec would route to the mix).
 
 QUESTIONS is a policy parquet file as verl reads it (`data_prep offline`'s policy/val.parquet): `prompt` (the
 messages the policy answers), `reward_model.ground_truth`, and `extra_info.question` (what the judge is shown, as
@@ -48,6 +54,8 @@ class JudgeOnPolicyConfig:
     temperature: float = option(0.7, "sampling temperature of the answers")
     max_new_tokens: int = option(48, "longest answer, in tokens (the rollout's response length)")
     seed: int = option(0, "seed of the sampling")
+    subset: str = option("", "only the questions whose extra_info.subset is this (empty: all)")
+    rule_weights: list[float] | None = option(None, "also report each judge mixed with the rules at these weights")
     out: str = option("", "also write every answer with its rule score and each judge's reward here (JSONL)")
 
 
@@ -67,8 +75,9 @@ class Answer:
     rewards: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def read_questions(path: Path) -> list[Question]:
-    """The questions of a policy parquet; a row without what is needed is an error naming the file and row."""
+def read_questions(path: Path, subset: str = "") -> list[Question]:
+    """The questions of a policy parquet (of one extra_info.subset when given); a row without what is needed is
+    an error naming the file and row."""
     import pyarrow.parquet as pq
 
     questions = []
@@ -90,6 +99,8 @@ def read_questions(path: Path) -> list[Question]:
             rules.resolve_answer_type(str(reference), extra.get("answer_type"))
         except ValueError as err:
             raise ValueError(f"{path}: row {number}: {err}") from None
+        if subset and extra.get("subset") != subset:
+            continue
         questions.append(Question(row["prompt"], extra["question"], str(reference), extra.get("answer_type")))
     return questions
 
@@ -126,27 +137,45 @@ def judge_answers(answers: list[Answer], judge_dir: str) -> None:
         answer.rewards[judge_dir] = verdict.score
 
 
-def report(answers: list[Answer], config: JudgeOnPolicyConfig) -> list[str]:
+def add_rule_mixes(answers: list[Answer], judges: list[str], weights: list[float]) -> list[str]:
+    """Each judge's reward mixed with the rule score, stored per answer; the names of the mixes, judge by judge
+    (none without weights)."""
+    names = []
+    if not weights:
+        return names
+    for judge in judges:
+        mixes = {f"{judge} + {w:g} rule": lambda j, r, w=w: (1 - w) * j + w * r for w in weights}
+        mixes[f"{judge} gated by rule"] = lambda j, r: j if r >= 0.5 else r
+        for name, mix in mixes.items():
+            for answer in answers:
+                answer.rewards[name] = mix(answer.rewards[judge], answer.rule_score)
+        names.extend(mixes)
+    return names
+
+
+def report(answers: list[Answer], config: JudgeOnPolicyConfig, judges: list[str] | None = None) -> list[str]:
+    judges = judges or config.judges
     groups: dict[int, list[Answer]] = {}
     for answer in answers:
         groups.setdefault(id(answer.question), []).append(answer)
     mixed = sum(len({a.rule_score >= 0.5 for a in group}) == 2 for group in groups.values())
-    width = max(len("judge"), *map(len, config.judges))
+    width = max(len("judge"), *map(len, judges))
     lines = [
         f"{len(answers)} answers to {len(groups)} questions ({config.group_size} each, temperature "
         f"{config.temperature}, at most {config.max_new_tokens} tokens, seed {config.seed}): rule accuracy "
         f"{statistics.fmean(a.rule_score for a in answers):.3f}, {mixed} questions with a right and a wrong answer",
-        f"{'judge':<{width}}  {'pairs':>5}  {'pair accuracy':>13}  {'right':>6}  {'wrong':>6}",
+        f"{'judge':<{width}}  {'pairs':>5}  {'pair accuracy':>13}  {'right':>6}  {'wrong':>6}  {'tied':>4}",
     ]
-    for judge in config.judges:
+    for judge in judges:
         pairs, accuracy = rule_pair_accuracy(
             [[(a.rewards[judge], a.rule_score) for a in group] for group in groups.values()]
         )
         right = [a.rewards[judge] for a in answers if a.rule_score >= 0.5]
         wrong = [a.rewards[judge] for a in answers if a.rule_score < 0.5]
+        tied = sum(max(a.rewards[judge] for a in g) - min(a.rewards[judge] for a in g) < 1e-9 for g in groups.values())
         lines.append(
             f"{judge:<{width}}  {pairs:>5.0f}  {_shown(accuracy):>13}  {_shown(_mean(right)):>6}  "
-            f"{_shown(_mean(wrong)):>6}"
+            f"{_shown(_mean(wrong)):>6}  {tied:>4}"
         )
     return lines
 
@@ -170,13 +199,14 @@ def write_answers(answers: list[Answer], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     (config,) = parse_configs("python -m evaluation.judge_on_policy", __doc__, [JudgeOnPolicyConfig], argv)
     try:
-        questions = read_questions(Path(config.questions))
+        questions = read_questions(Path(config.questions), config.subset)
     except (OSError, ValueError) as err:
         raise SystemExit(f"judge_on_policy: {err}") from None
     answers = sample_answers(config, questions)
     for judge in config.judges:
         judge_answers(answers, judge)
-    print("\n".join(report(answers, config)))
+    mixes = add_rule_mixes(answers, config.judges, config.rule_weights or [])
+    print("\n".join(report(answers, config, [*config.judges, *mixes])))
     if config.out:
         write_answers(answers, Path(config.out))
         print(config.out)

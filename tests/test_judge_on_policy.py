@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from data_prep import offline
-from evaluation.judge_on_policy import Answer, JudgeOnPolicyConfig, Question, read_questions, report
+from evaluation.judge_on_policy import (
+    Answer,
+    JudgeOnPolicyConfig,
+    Question,
+    add_rule_mixes,
+    read_questions,
+    report,
+)
 from tests.conftest import REPO_ROOT
 from tests.support.readme_blocks import readme_command
 
@@ -31,8 +38,29 @@ def test_the_report_counts_right_wrong_pairs_per_question():
     assert lines[0].startswith("4 answers to 2 questions (3 each") and lines[0].endswith(
         "rule accuracy 0.250, 1 questions with a right and a wrong answer"
     )
-    assert lines[2].split() == ["good", "2", "1.000", "0.900", "0.467"]
-    assert lines[3].split() == ["coin", "2", "0.250", "0.100", "0.467"]  # one loss, one tie
+    assert lines[2].split() == ["good", "2", "1.000", "0.900", "0.467", "1"]
+    assert lines[3].split() == ["coin", "2", "0.250", "0.100", "0.467", "1"]  # one loss, one tie; 1 + 2 has one answer
+
+
+def test_rule_mixes_reorder_a_judge_and_a_gate_ties_the_wrong_answers():
+    two, three = question("What is 1 + 1?", "2"), question("What is 1 + 2?", "3")
+    answers = [
+        Answer(two, "2", 1.0, {"coin": 0.1}),
+        Answer(two, "5", 0.0, {"coin": 0.8}),
+        Answer(three, "9", 0.0, {"coin": 0.5}),
+        Answer(three, "8", 0.0, {"coin": 0.3}),
+    ]
+    names = add_rule_mixes(answers, ["coin"], [0.25, 0.5])
+    assert names == ["coin + 0.25 rule", "coin + 0.5 rule", "coin gated by rule"]
+    assert [a.rewards["coin + 0.5 rule"] for a in answers] == pytest.approx([0.55, 0.4, 0.25, 0.15])
+    config = JudgeOnPolicyConfig("policy", "questions.parquet", ["coin"], group_size=2)
+    lines = report(answers, config, ["coin", *names])
+    assert [line.split()[-5:] for line in lines[2:]] == [
+        ["1", "0.000", "0.100", "0.533", "0"],
+        ["1", "0.000", "0.325", "0.400", "0"],  # 0.75 x 0.1 + 0.25 = 0.325 < 0.75 x 0.8 = 0.6: still wrong
+        ["1", "1.000", "0.550", "0.267", "0"],
+        ["1", "1.000", "0.100", "0.000", "1"],  # the gate pays every wrong answer 0: question 1 + 2 ties
+    ]
 
 
 def test_a_row_without_the_question_is_named(tmp_path):
@@ -52,6 +80,14 @@ def test_a_row_without_the_question_is_named(tmp_path):
     pd.DataFrame(rows).to_parquet(path)
     with pytest.raises(ValueError, match=r"policy.parquet: row 1 has no extra_info.question"):
         read_questions(path)
+
+
+def test_a_subset_keeps_its_questions(tmp_path):
+    offline.generate(tmp_path / "data")
+    path = tmp_path / "data/policy/val.parquet"
+    arithmetic = read_questions(path, "arithmetic")
+    assert 0 < len(arithmetic) < len(read_questions(path))
+    assert all(q.answer_type == "NUMBER" for q in arithmetic)
 
 
 @pytest.mark.e2e
