@@ -18,6 +18,12 @@ rewards the right one more (judge_rewards.reward_health's `health_rule_pair_accu
 answers per prompt have such pairs). Last, per run, the questions answered once at both its first and last step
 (validation dumps: the same held-out questions) that went from rule-wrong to rule-right and back, with an exact sign
 test: did the rule accuracy rise by more than chance? matplotlib comes with the `eval` extra.
+
+Dumps of a reward spec's runs (judge_rewards/reward_spec.py: a float `component/<name>` per row, NaN where the
+component did not score) add each component's mean per step and run, over the rows it scored, and
+`components.png`, its curves. `--questions POLICY_PARQUET` (the runs' VAL_FILE, or TRAIN_FILE for rollouts) names
+each row's `extra_info.subset` by its question, and adds per subset and run the rule accuracy at the first and last
+step with the sign test of the questions gained and lost.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from judge_rewards.reward_health import rule_pair_accuracy
 
 HISTOGRAM_BINS = 10
 OUTPUTS = ("reward_histogram.png", "reward_vs_length.png", "judge_vs_rules.png")
+COMPONENTS_OUTPUT = "components.png"
+COMPONENT_PREFIX = "component/"  # judge_rewards.composed_reward's key of a component's value
 
 
 @dataclasses.dataclass
@@ -44,6 +52,7 @@ class RewardPlotsConfig:
         "verl's rollout_data_dir or validation_data_dir (<step>.jsonl files); several: the same run with other seeds",
         positional=True,
     )
+    questions: str = option("", "the policy parquet the runs answered: figures per extra_info.subset")
     out: str = option("reward_plots", "folder the PNGs are written to")
 
 
@@ -54,6 +63,8 @@ class Row:
     reward: float
     length: int
     rule_score: float | None  # None: no reference the rules can score
+    components: dict[str, float] = dataclasses.field(default_factory=dict)  # a reward spec's; NaN: not scored
+    subset: str | None = None  # the question's extra_info.subset (--questions)
 
 
 def read_rollouts(directory: Path) -> list[Row]:
@@ -80,7 +91,28 @@ def _row(record: dict, path: Path, number: int) -> Row:
         float(record["score"]),
         len(record["output"]),
         _rule_score(record["output"], record.get("gts")),
+        {
+            key.removeprefix(COMPONENT_PREFIX): float(value)
+            for key, value in record.items()
+            if key.startswith(COMPONENT_PREFIX) and "/" not in key.removeprefix(COMPONENT_PREFIX)
+        },
     )
+
+
+def assign_subsets(rows: list[Row], questions_path: Path) -> None:
+    """Each row's subset: that of the longest policy question (extra_info.question) its prompt contains; a prompt
+    that contains none is an error naming it."""
+    import pyarrow.parquet as pq
+
+    subsets = {}
+    for row in pq.read_table(questions_path, columns=["extra_info"]).column("extra_info").to_pylist():
+        subsets[str(row["question"])] = row.get("subset")
+    by_length = sorted(subsets, key=len, reverse=True)
+    for row in rows:
+        question = next((q for q in by_length if q in row.prompt), None)
+        if question is None:
+            raise ValueError(f"{questions_path}: no extra_info.question in the prompt {row.prompt[:200]!r}")
+        row.subset = subsets[question]
 
 
 def _rule_score(output: str, reference) -> float | None:
@@ -151,7 +183,18 @@ def draw(runs: list[list[Row]], out: Path) -> list[Path]:
     axes.set(xlabel="step", ylim=(0, 1), title=f"Judge against rules ({checked}/{len(rows)} answers rule-checkable)")
     axes.legend(fontsize="small")
     save_figure(figure, out / OUTPUTS[2])
-    return [out / name for name in OUTPUTS]
+    written = [out / name for name in OUTPUTS]
+    names = component_names(rows)
+    if names:
+        figure, axes = plt.subplots(figsize=(7, 4))
+        for name, colour in zip(names, plt.get_cmap("tab10").colors, strict=False):
+            curves = [{step: _component_mean(members, name) for step, members in by.items()} for by in runs_by_step]
+            plot_runs(axes, curves, f"component {name}: mean where scored", "o", colour)
+        axes.set(xlabel="step", ylim=(0, 1), title="Reward components per step")
+        axes.legend(fontsize="small")
+        save_figure(figure, out / COMPONENTS_OUTPUT)
+        written.append(out / COMPONENTS_OUTPUT)
+    return written
 
 
 def plot_runs(axes, curves: list[dict[int, float]], label: str, marker: str, colour: str) -> None:
@@ -190,6 +233,49 @@ def summary(runs: list[list[Row]], names: list[str]) -> list[str]:
     return lines
 
 
+def component_names(rows: list[Row]) -> list[str]:
+    return list(dict.fromkeys(name for row in rows for name in row.components))
+
+
+def components(runs: list[list[Row]], names: list[str]) -> list[str]:
+    """Per step and run, each component's mean over the rows it scored ('-': none); no lines without components."""
+    parts = component_names([row for run in runs for row in run])
+    if not parts:
+        return []
+    width = max(map(len, names))
+    columns = [max(len(part), 6) for part in parts]
+    lines = [f"{'step':>4}  {'run':<{width}}  " + "  ".join(f"{p:>{c}}" for p, c in zip(parts, columns, strict=True))]
+    runs_by_step = [per_step(run) for run in runs]
+    for step in sorted({step for by_step in runs_by_step for step in by_step}):
+        for name, by_step in zip(names, runs_by_step, strict=True):
+            if step in by_step:
+                means = [_shown(_component_mean(by_step[step], part)) for part in parts]
+                lines.append(
+                    f"{step:>4}  {name:<{width}}  "
+                    + "  ".join(f"{m:>{c}}" for m, c in zip(means, columns, strict=True))
+                )
+    return lines
+
+
+def by_subset(runs: list[list[Row]], names: list[str]) -> list[str]:
+    """Per subset and run: the rule accuracy at the first and the last step, and first_to_last's counts."""
+    subsets = sorted({row.subset for run in runs for row in run if row.subset is not None})
+    if not subsets:
+        return []
+    width = max(map(len, names))
+    lines = [
+        f"{'subset':<10}  {'run':<{width}}  {'first':>5}  {'last':>5}  {'gained':>6}  {'lost':>4}  {'sign test p':>11}"
+    ]
+    for subset in subsets:
+        for name, run in zip(names, runs, strict=True):
+            by_step = per_step([row for row in run if row.subset == subset])
+            gained, lost, common = _gained_lost(by_step)
+            p = f"{sign_test(gained, lost):.4f}" if common else "-"
+            first, last = (_shown(_rule_accuracy(by_step[step])) for step in (min(by_step), max(by_step)))
+            lines.append(f"{subset:<10}  {name:<{width}}  {first:>5}  {last:>5}  {gained:>6}  {lost:>4}  {p:>11}")
+    return lines
+
+
 def first_to_last(runs: list[list[Row]], names: list[str]) -> list[str]:
     """Per run, the questions answered once at both its first and its last step, with a reference the rules can
     score (validation dumps: the same held-out questions each time): how many went from rule-wrong to rule-right
@@ -199,13 +285,18 @@ def first_to_last(runs: list[list[Row]], names: list[str]) -> list[str]:
     for name, run in zip(names, runs, strict=True):
         by_step = per_step(run)
         first, last = min(by_step), max(by_step)
-        before, after = _once(by_step[first]), _once(by_step[last])
-        common = sorted(before.keys() & after.keys())
-        gained = sum(before[q] < 0.5 <= after[q] for q in common)
-        lost = sum(after[q] < 0.5 <= before[q] for q in common)
+        gained, lost, common = _gained_lost(by_step)
         p = f"{sign_test(gained, lost):.4f}" if common else "-"
-        lines.append(f"{name:<{width}}  {f'{first}->{last}':>9}  {len(common):>9}  {gained:>6}  {lost:>4}  {p:>11}")
+        lines.append(f"{name:<{width}}  {f'{first}->{last}':>9}  {common:>9}  {gained:>6}  {lost:>4}  {p:>11}")
     return lines
+
+
+def _gained_lost(by_step: dict[int, list[Row]]) -> tuple[int, int, int]:
+    """Questions gained and lost between the first and the last step, and how many were answered at both."""
+    before, after = _once(by_step[min(by_step)]), _once(by_step[max(by_step)])
+    common = before.keys() & after.keys()
+    gained = sum(before[q] < 0.5 <= after[q] for q in common)
+    return gained, sum(after[q] < 0.5 <= before[q] for q in common), len(common)
 
 
 def _once(members: list[Row]) -> dict[str, float]:
@@ -230,6 +321,15 @@ def _summary_line(step: str, name: str, width: int, members: list[Row]) -> str:
         f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
         f"{_rule_accuracy(members):>13.3f}  {pairs:>5.0f}  {shown:>13}"
     )
+
+
+def _component_mean(members: list[Row], name: str) -> float:
+    values = [v for r in members if not math.isnan(v := r.components.get(name, math.nan))]
+    return statistics.fmean(values) if values else math.nan
+
+
+def _shown(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def _mean_reward(members: list[Row]) -> float:
@@ -260,10 +360,14 @@ def main(argv: list[str] | None = None) -> None:
     (config,) = parse_configs("python -m evaluation.reward_plots", __doc__, [RewardPlotsConfig], argv)
     try:
         runs = [read_rollouts(Path(directory)) for directory in config.rollout_dirs]
+        for run in runs if config.questions else []:
+            assign_subsets(run, Path(config.questions))
     except (OSError, ValueError) as err:
         raise SystemExit(f"reward_plots: {err}") from None
-    print("\n".join(summary(runs, config.rollout_dirs)))
-    print("\n".join(first_to_last(runs, config.rollout_dirs)))
+    for table in (summary, first_to_last, components, by_subset):
+        lines = table(runs, config.rollout_dirs)
+        if lines:
+            print("\n".join(lines))
     for path in draw(runs, Path(config.out)):
         print(path)
 

@@ -40,6 +40,7 @@ from training.launch.config import leaf_keys
 
 RECIPE_DIR = REPO_ROOT / "cookbooks" / "rl_with_judge_reward"
 CPU_CONFIG = RECIPE_DIR / "configs" / "cpu_tiny.yaml"
+SPEC_FILE = RECIPE_DIR / "specs" / "judge_and_arithmetic_rule.yaml"
 API_KEY = "policy-test-key"
 DATA_SOURCE = offline.DATA_SOURCE_POLICY
 STEPS, PROMPTS_PER_STEP, ROLLOUT_N = 2, 4, 4  # configs/cpu_tiny.yaml and the GRPO default group
@@ -147,6 +148,22 @@ def test_bad_judge_settings_stop_before_anything_starts(
     )
 
 
+def test_a_reward_spec_file_is_read_at_launch_and_its_path_made_absolute(
+    policy_data, tiny_model_dir, stand_in_judge, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text(SPEC_FILE.read_text())
+    knobs = valid_knobs(policy_data, tiny_model_dir, stand_in_judge)
+    launch = policy_launch(monkeypatch, **knobs, JUDGE_REWARD_SPEC="spec.yaml")
+    assert launch.config.custom_reward_function.reward_kwargs.reward_spec == str(tmp_path / "spec.yaml")
+    (tmp_path / "spec.yaml").write_text(
+        SPEC_FILE.read_text().replace("routes: {arithmetic: arithmetic", "routes: {x: y")
+    )
+    env = launcher_env(**knobs, JUDGE_REWARD_SPEC="spec.yaml")
+    error = launch_error("policy", "--config", str(CPU_CONFIG), "trainer.device=cpu", env=env, monkeypatch=monkeypatch)
+    assert "reward_kwargs.reward_spec (JUDGE_REWARD_SPEC)" in error and "routes.x: routes to no spec: 'y'" in error
+
+
 LOGGED_CHECKS = "$ bash .../run_policy_grpo.sh --dry-run --config .../configs/cpu_tiny.yaml"
 
 
@@ -207,6 +224,7 @@ def test_the_judge_becomes_verls_reward_with_the_adapter_settings(
         "timeout": 2.5,
         "max_retries": 1,
         "fallback_to_rule": False,
+        "reward_spec": None,
     }
     assert config.trainer.rollout_data_dir == str(tmp_path / "rollouts")
     assert (config.data.train_files, config.trainer.project_name) == (str(policy_data["TRAIN_FILE"]), "policy-grpo")
@@ -355,6 +373,44 @@ def test_a_policy_trains_two_steps_with_the_judge_as_its_reward(policy_data, tin
     assert json.loads((save_dir / "hf" / "export.json").read_text())["trained_with"]["recipe"] == "policy-grpo"
     snapshot = "".join(path.read_text() for path in (save_dir / "launch").glob("*") if path.is_file())
     assert API_KEY not in output + snapshot
+
+
+@pytest.mark.e2e
+def test_a_reward_spec_routes_by_subset_and_each_component_reaches_the_training_metrics(
+    policy_data, tiny_model_dir, judge_server, tmp_path
+):
+    """The cookbook's spec file: arithmetic rows get judge and rule half and half, the others the judge; verl's
+    training metrics (not only its dumps) carry each component's step mean."""
+    save_dir, rollouts = tmp_path / "save", tmp_path / "rollouts"
+    with tempfile.TemporaryDirectory(prefix="rayp", dir="/tmp") as ray_tmpdir:
+        env = launcher_env(
+            **valid_knobs(policy_data, tiny_model_dir, judge_server.url),
+            SAVE_DIR=save_dir,
+            ROLLOUT_DATA_DIR=rollouts,
+            RAY_TMPDIR=ray_tmpdir,
+            JUDGE_REWARD_SPEC=SPEC_FILE.relative_to(RECIPE_DIR),  # made absolute by the launcher
+        )
+        run_bash(POLICY_LAUNCHER, "--config", str(CPU_CONFIG), env=env, cwd=RECIPE_DIR)
+    steps = logged_metrics((save_dir / "launch" / "train.log").read_text())
+    arithmetic_rows = 0
+    for step in (1, 2):
+        rows = [json.loads(line) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+        mixed = [row for row in rows if row["spec"] == "arithmetic"]
+        arithmetic_rows += len(mixed)
+        assert {row["spec"] for row in rows} <= {"arithmetic", "other"}
+        for row in rows:
+            judge, rule = row["component/judge"], row["component/arithmetic"]
+            expected = 0.5 * judge + 0.5 * rule if row["spec"] == "arithmetic" else judge
+            assert row["score"] == pytest.approx(expected) and (row["spec"] == "arithmetic") != (rule != rule)
+        metrics = steps[step]
+        assert metrics["reward/component/judge/mean"] == pytest.approx(
+            sum(row["component/judge"] for row in rows) / len(rows), abs=1e-6
+        )
+        assert metrics["reward/component/arithmetic/share"] == pytest.approx(len(mixed) / len(rows))
+        if mixed:
+            mean = sum(row["component/arithmetic"] for row in mixed) / len(mixed)
+            assert metrics["reward/component/arithmetic/mean"] == pytest.approx(mean, abs=1e-6)
+    assert arithmetic_rows, "no arithmetic question in 2 steps: the route was not exercised"
 
 
 # --- group-relative pairwise rewards (issue 29) ------------------------------------------------------------------

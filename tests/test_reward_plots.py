@@ -9,7 +9,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from evaluation.reward_plots import OUTPUTS, Row, first_to_last, per_step, read_rollouts, sign_test
+from data_prep import offline
+from evaluation.reward_plots import (
+    COMPONENTS_OUTPUT,
+    OUTPUTS,
+    Row,
+    assign_subsets,
+    by_subset,
+    components,
+    first_to_last,
+    per_step,
+    read_rollouts,
+    sign_test,
+)
 from tests.conftest import REPO_ROOT
 from tests.support.readme_blocks import readme_command
 
@@ -90,3 +102,49 @@ def test_first_to_last_counts_questions_that_changed_between_a_runs_first_and_la
     lines = first_to_last([validation, rollouts], ["val", "roll"])
     assert lines[1].split() == ["val", "0->16", "4", "2", "1", "1.0000"]  # q4 has no rule score at step 0
     assert lines[2].split() == ["roll", "1->2", "0", "0", "0", "-"]
+
+
+def test_a_reward_specs_components_are_averaged_where_they_scored_and_drawn(tmp_path):
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    nan = float("nan")
+    for step, judge, rule in ((1, [0.2, 0.4, 0.6, 0.8], [1.0, 0.0, nan, nan]), (2, [0.5] * 4, [nan] * 4)):
+        extra = {"component/judge": judge, "component/arithmetic": rule, "component/judge/source": ["judge"] * 4}
+        trainer = SimpleNamespace(global_steps=step)
+        RayPPOTrainer._dump_generations(trainer, ["q"] * 4, ["4"] * 4, ["4"] * 4, [0.5] * 4, extra, str(tmp_path / "d"))
+    rows = read_rollouts(tmp_path / "d")
+    assert rows[0].components == {"judge": 0.2, "arithmetic": 1.0}  # the source and health keys are no components
+    lines = components([rows], ["run"])
+    assert [line.split() for line in lines] == [
+        ["step", "run", "judge", "arithmetic"],
+        ["1", "run", "0.500", "0.500"],  # the rule over the 2 rows it scored
+        ["2", "run", "0.500", "-"],
+    ]
+    command = [sys.executable, "-m", "evaluation.reward_plots", str(tmp_path / "d"), "--out", str(tmp_path / "png")]
+    subprocess.run(command, cwd=REPO_ROOT, capture_output=True, check=True)
+    assert (tmp_path / "png" / COMPONENTS_OUTPUT).read_bytes().startswith(PNG)
+
+
+def test_rows_are_named_by_their_questions_subset(tmp_path):
+    offline.generate(tmp_path / "data", offline.OfflineConfig(train_size=24, val_size=8, eval_size=5))
+    questions = tmp_path / "data/policy/val.parquet"
+    import pyarrow.parquet as pq
+
+    extra = pq.read_table(questions).column("extra_info").to_pylist()
+    arithmetic = next(e for e in extra if e["subset"] == "arithmetic")
+    other = next(e for e in extra if e["subset"] != "arithmetic")
+    prompt = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    rows = [
+        Row(0, prompt.format(arithmetic["question"]), 0.5, 5, 0.0),
+        Row(0, prompt.format(other["question"]), 0.5, 5, 1.0),
+        Row(8, prompt.format(arithmetic["question"]), 0.5, 5, 1.0),
+        Row(8, prompt.format(other["question"]), 0.5, 5, 1.0),
+    ]
+    assign_subsets(rows, questions)
+    assert [row.subset for row in rows] == ["arithmetic", other["subset"]] * 2
+    lines = by_subset([rows], ["run"])
+    assert lines[1].split() == ["arithmetic", "run", "0.000", "1.000", "1", "0", "1.0000"]
+    assert lines[2].split() == [other["subset"], "run", "1.000", "1.000", "0", "0", "1.0000"]
+    stray = [Row(0, "What is the colour of the sky?", 0.5, 5, 0.0)]
+    with pytest.raises(ValueError, match=r"val.parquet: no extra_info.question in the prompt 'What is the colour"):
+        assign_subsets(stray, questions)
