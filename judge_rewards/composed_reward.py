@@ -68,8 +68,7 @@ class ComposedReward:
         kinds = {c.type for c in self.spec.components.values()}
         self.config = ComposedSettings("group_judge" in kinds)
         self.judges = {name: judge_class(c.judge) for name, c in self.spec.components.items() if c.judge is not None}
-        self._health_config = next((j.config for j in self.judges.values()), None) or _DefaultHealth()
-        self._health = RewardHealth(self._health_config, make_warner)
+        self._health = RewardHealth(self.spec.health, make_warner)
 
     def reward_batch(self, items: Iterable[Mapping[str, Any]], return_exceptions: bool = False) -> list:
         items = [dict(item) for item in items]
@@ -252,12 +251,3 @@ def _rule(request: JudgeItem, source: str) -> _Scored:
 
 def _request(item: Mapping[str, Any]) -> JudgeItem:
     return JudgeItem.create(item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"))
-
-
-class _DefaultHealth:
-    """The health thresholds of a spec without judges (JudgeRewardConfig's defaults)."""
-
-    def __getattr__(self, name: str):
-        from .reward_config import JudgeRewardConfig
-
-        return JudgeRewardConfig.__dataclass_fields__[name].default

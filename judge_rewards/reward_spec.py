@@ -89,6 +89,7 @@ class RewardSpec:
     specs: dict[str, Spec]
     routes: dict[str, str]
     route_column: str
+    health: JudgeRewardConfig  # whose health_* thresholds the spec's reward health reads: a judge's, else the base
 
     def spec_for(self, route: Any) -> Spec:
         """The spec of a row whose route value is `route`; KeyError naming the routes when none applies."""
@@ -103,6 +104,7 @@ class RewardSpec:
 
 SPEC_KEYS = tuple(field.name for field in dataclasses.fields(RewardSpecConfig))
 SPEC_FILE_KEY = "reward_spec"
+RULES_ONLY_URL = "http://no-judge.invalid"  # the judge_url a spec without judges never calls
 
 
 def has_spec(config: Any) -> bool:
@@ -157,7 +159,15 @@ def parse_spec(config: Mapping[str, Any]) -> RewardSpec:
     _need(bool(routes) or len(specs) == 1, "routes", f"several specs ({sorted(specs)}) need routes to reach them")
     column = top.get("route_column", "data_source")
     _need(isinstance(column, str) and column, "route_column", f"must be a column name, got {column!r}")
-    return RewardSpec(components, specs, {str(k): str(v) for k, v in routes.items()}, column)
+    judges = [c.judge for c in components.values() if c.judge is not None]
+    health = judges[0] if judges else _rules_only_settings(base)
+    return RewardSpec(components, specs, {str(k): str(v) for k, v in routes.items()}, column, health)
+
+
+def _rules_only_settings(base: dict) -> JudgeRewardConfig:
+    """The adapter keys of a spec without judges, checked as a judge's would be (a misspelled key is an error);
+    no judge is called, so a missing judge_url is no error."""
+    return JudgeRewardConfig.from_mapping({"judge_url": RULES_ONLY_URL, **base})
 
 
 def _component(name: str, raw: Any, base: dict) -> ComponentConfig:

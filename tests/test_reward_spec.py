@@ -53,6 +53,33 @@ def test_a_bad_spec_fails_at_start_up_naming_its_key(change, key):
         JudgeRewardSystem({**spec("http://127.0.0.1:9"), **change})
 
 
+def test_a_spec_of_rules_alone_checks_the_adapter_keys_beside_it_and_reads_its_health_thresholds():
+    rules_only = {"components": {"arithmetic": {"type": "rule"}}}
+    with pytest.raises(ConfigError, match=r"unknown reward config keys \['health_windw'\]"):
+        JudgeRewardSystem({**rules_only, "health_windw": 8})
+    system = JudgeRewardSystem({**rules_only, "health_window": 8})  # no judge_url: no judge is called
+    for _ in range(20):
+        system.reward("What is 2 + 2?", "4", "4")
+    assert system.health_figures()["health_window"] == 8  # the rewards held: at most the configured window
+
+
+def test_a_spec_file_holds_the_spec_keys_and_the_config_the_rest(tmp_path, faulty):
+    path = tmp_path / "spec.yaml"
+    path.write_text("components:\n  judge: {type: judge}\n  arithmetic: {type: rule, weight: 0.5}\n")
+    system = JudgeRewardSystem({"judge_url": faulty.url, **FAST, "reward_spec": str(path)})
+    assert system.reward("What is 600?", "\\boxed{600}", "600")["reward"] == pytest.approx(0.6 + 0.5)
+    assert "component/arithmetic" in system.reward("What is 600?", "600", "600")
+    path.write_text("components: {judge: {type: judge}}\njudge_url: http://elsewhere:1\n")
+    with pytest.raises(ConfigError, match=r"reward config reward_spec: .*spec.yaml: unknown keys \['judge_url'\]"):
+        JudgeRewardSystem({"judge_url": faulty.url, "reward_spec": str(path)})
+    path.write_text("combine: min\ncomponents: {judge: {type: judge}}\n")
+    with pytest.raises(ConfigError, match=r"spec.yaml sets \['combine'\], which the config sets too"):
+        JudgeRewardSystem({"judge_url": faulty.url, "combine": "vote", "reward_spec": str(path)})
+    with pytest.raises(ConfigError, match=r"reward_spec: cannot read .*nosuch.yaml"):
+        JudgeRewardSystem({"judge_url": faulty.url, "reward_spec": str(tmp_path / "nosuch.yaml")})
+    assert JudgeRewardSystem({"judge_url": faulty.url, "reward_spec": None}).route_column is None  # no spec
+
+
 def test_components_combine_and_every_row_carries_each_components_value_and_source(faulty):
     with JudgeRewardSystem(spec(faulty.url)) as system:
         first, wrong = system.reward_batch([item(600), item(600, "\\boxed{7}")])
@@ -184,6 +211,20 @@ def test_verl_batch_hook_returns_the_same_component_keys_on_every_row(faulty):
     metrics = process_validation_metrics(np.array(sources), ["0", "1"], infos)
     assert metrics["gsm8k"]["component/arithmetic"]["mean@1"] == 1.0
     assert metrics["chat"]["component/judge"]["mean@1"] == 0.6
+
+
+def test_verl_rows_route_by_an_extra_info_column_named_by_route_column(faulty):
+    config = spec(
+        faulty.url,
+        specs={"math": {"components": ["arithmetic", "judge"]}, "chat": {"components": {"judge": 1.0}}},
+        routes={"arithmetic": "math", "*": "chat"},
+        route_column="subset",
+    )
+    extra = [{"question": "What is 600?", "subset": "arithmetic"}, {"question": "What is 600?", "subset": "capitals"}]
+    rows = verl_reward.compute_score_batch(["offline"] * 2, ["600"] * 2, ["600"] * 2, extra, **config)
+    assert [row["spec"] for row in rows] == ["math", "chat"]
+    with pytest.raises(ValueError, match=r"route_column 'subset', and a row of data_source 'offline' has no extra_"):
+        verl_reward.compute_score_batch(["offline"], ["600"], ["600"], [{"question": "What is 600?"}], **config)
 
 
 def test_trl_hook_routes_by_column_and_logs_each_component(faulty):
