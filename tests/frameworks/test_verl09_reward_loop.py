@@ -246,6 +246,34 @@ def test_a_judge_killed_mid_run_loses_no_reward_and_tags_each(tmp_path, tiny_tok
     assert all(extra["from_rule_fallback"] == float(extra["source"] == "rule_fallback") for extra in extras)
 
 
+@pytest.mark.parametrize("manager_name", ["naive", "rate_limited"])
+def test_a_reward_spec_file_mixes_a_judge_and_a_rule_for_each_sample(
+    rule_judge_server, tiny_tokenizer, tmp_path, manager_name
+):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "components: {judge: {type: judge}, arithmetic: {type: rule}}\n"
+        "specs: {math: {components: {judge: 0.25, arithmetic: 0.75}}}\n"
+        "routes: {judge_policy: math}\n"
+    )
+    settings = judge_overrides(rule_judge_server.url, reward_spec=spec)
+    manager = reward_manager([*REWARD_OVERRIDES, *settings, *manager_overrides(manager_name)], tiny_tokenizer)
+    outputs = run_concurrently(manager, samples(tiny_tokenizer))
+    assert [output["reward_score"] for output in outputs] == expected_scores()  # judge and rule agree here
+    extras = [output["reward_extra_info"] for output in outputs]
+    assert {extra["spec"] for extra in extras} == {"math"} and all(e["failed_components"] == 0.0 for e in extras)
+    assert [extra["component/arithmetic"] for extra in extras] == expected_scores()
+    assert {(extra["component/judge/source"], extra["component/arithmetic/source"]) for extra in extras} == {
+        ("judge", "rule")
+    }
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    keys = ["component/judge", "component/arithmetic"]
+    infos = {key: [extra[key] for extra in extras] for key in keys}
+    metrics = process_validation_metrics(["judge_policy"] * SAMPLES, [str(i) for i in range(SAMPLES)], infos)
+    assert metrics["judge_policy"]["component/arithmetic"]["mean@1"] == 0.5
+
+
 def test_the_legacy_keys_are_silently_ignored_by_verl_and_refused_by_our_check():
     legacy = verl_config(LEGACY_OVERRIDES)
     from omegaconf import OmegaConf
