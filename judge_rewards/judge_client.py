@@ -5,9 +5,9 @@
   first item; at most `max_concurrent_requests` batches are in flight.
 - Results are matched to requests by `request_id`, never by position.
 - Identical requests in flight share one judgement (one future).
-- Only timeouts, connection errors, 408, 429 and 5xx are retried, with exponential backoff and full jitter
-  (a Retry-After header in seconds sets the wait, up to BACKOFF_CAP_S); other 4xx answers (404, 413, 422,
-  ...) are permanent failures: a retry would get the same.
+- Retried as judge_core.protocol.http_retry says: timeouts, connection errors, 408, 429 and 5xx, with
+  exponential backoff and full jitter (or the Retry-After); other 4xx answers (404, 413, 422, ...) are permanent
+  failures: a retry would get the same.
 - A circuit breaker opens after `circuit_breaker_threshold` consecutive failed batches (circuit_breaker).
 - Every submitted request ends with a result or a `JudgeUnavailableError` saying why; none is dropped. Any
   failure of a batch, a malformed answer or an unforeseen error included, settles all of that batch's
@@ -27,7 +27,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import random
 import threading
 import uuid
 from collections.abc import Sequence
@@ -36,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from judge_core.protocol import judge_api
+from judge_core.protocol import http_retry, judge_api
 from judge_core.protocol.judge_api import JudgeItem
 
 from .circuit_breaker import CircuitBreaker, Permit
@@ -45,10 +44,7 @@ from .reward_metrics import RewardMetrics
 
 log = logging.getLogger("JudgeReward")
 
-BACKOFF_BASE_S = 0.2
-BACKOFF_CAP_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
-RETRIED_4XX = frozenset({408, 429})  # request timeout, too many requests: a later attempt may succeed
 CLOSED_MESSAGE = "judge client is closed"
 
 
@@ -151,9 +147,8 @@ class BatchingJudgeClient:
         """How long a caller waits for its result: every attempt timing out, plus the longest backoffs
         between them (a Retry-After may ask for BACKOFF_CAP_S each time)."""
         attempts = self.config.max_retries + 1
-        return (
-            self.config.batch_timeout + attempts * self.config.timeout + self.config.max_retries * BACKOFF_CAP_S + 1.0
-        )
+        backoffs = self.config.max_retries * http_retry.BACKOFF_CAP_S
+        return self.config.batch_timeout + attempts * self.config.timeout + backoffs + 1.0
 
     def submit(self, request: JudgeItem) -> concurrent.futures.Future:
         """A future of the JudgeResult of `request` (it raises JudgeUnavailableError when there is none)."""
@@ -430,27 +425,13 @@ class BatchingJudgeClient:
                 if response.status_code < 400:
                     return _json_body(response)
                 failure = f"judge answered HTTP {response.status_code}: {judge_api.excerpt(response.text)}"
-                if response.status_code < 500 and response.status_code not in RETRIED_4XX:
+                if not http_retry.is_retried(response.status_code):
                     raise JudgeUnavailableError(failure + " (not retried)", permanent=True)
-                retry_after = _retry_after_s(response)
+                retry_after = http_retry.retry_after_s(response.headers.get("retry-after"))
             if attempt == self.config.max_retries:
                 raise JudgeUnavailableError(f"{failure} (attempts: {attempt + 1})")
             self.metrics.count("http_retries")
-            await asyncio.sleep(_backoff_s(attempt, retry_after))
-
-
-def _backoff_s(attempt: int, retry_after: float | None) -> float:
-    """Full jitter: spreads the retries of many clients instead of synchronising them."""
-    if retry_after is not None:
-        return min(BACKOFF_CAP_S, retry_after)
-    return random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    try:
-        return max(0.0, float(response.headers.get("retry-after", "")))
-    except ValueError:
-        return None
+            await asyncio.sleep(http_retry.backoff_s(attempt, retry_after))
 
 
 def _json_body(response: httpx.Response) -> Any:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from judge_core.protocol import http_retry
 from judge_core.protocol.judge_api import JudgeItem
 from judge_rewards import JudgeRewardConfig, JudgeUnavailableError, judge_client
 from judge_rewards.judge_client import BatchingJudgeClient
@@ -155,7 +156,7 @@ def test_a_retry_comes_no_earlier_than_retry_after_says(faulty):
 
 
 def test_a_huge_retry_after_is_capped_at_the_longest_backoff(faulty, monkeypatch):
-    monkeypatch.setattr(judge_client, "BACKOFF_CAP_S", 0.5)
+    monkeypatch.setattr(http_retry, "BACKOFF_CAP_S", 0.5)
     faulty.script, faulty.status, faulty.retry_after = ["status"], 429, "3600"
     with make_system(faulty.url) as system:
         # waiting the hour would end in 'Timeout waiting for results' (result_timeout) and the rule fallback
