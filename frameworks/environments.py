@@ -45,6 +45,7 @@ TEST_REQUIRES = (
     "cachetools>=5.3",
     "math-verify>=0.7",
     "sympy>=1.12",
+    "pyyaml>=6",
 )
 
 
