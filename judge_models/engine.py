@@ -1,7 +1,8 @@
 """The engines a judge runs on, behind one interface: a scalar judge's `ScalarEngine` (raw head outputs of token
 ids) and a generative judge's `Generator` (one `Generation` per prompt), each implemented in process by
-transformers_engine.py and by vllm_engine.py. Which one runs: --backend auto picks vLLM wherever it can be
-imported (the serving environment, a GPU install with vLLM), transformers elsewhere, and says why."""
+transformers_engine.py and by vllm_engine.py; a generative judge's also by an OpenAI-compatible engine elsewhere
+(openai_engine.py). Which one runs: --backend auto picks vLLM wherever it can be imported (the serving
+environment, a GPU install with vLLM), transformers elsewhere, and says why; openai only when named."""
 
 from __future__ import annotations
 
@@ -69,15 +70,23 @@ class Generation:
     no candidates were asked for."""
 
     text: str
-    token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # empty where a remote engine names its tokens by text only
     hit_token_limit: bool
     candidate_logprobs: tuple[tuple[float, ...], ...] = ()
+    generated: int | None = None  # tokens generated, where token_ids does not say (a remote engine's usage)
 
     @property
     def new_tokens(self) -> int:
-        return len(self.token_ids)
+        return len(self.token_ids) if self.generated is None else self.generated
+
+
+@dataclass(frozen=True)
+class GenerationFailure:
+    """A prompt a remote engine could not answer, after its retries: that judgement's error, never a score."""
+
+    error: str
 
 
 class Generator(Protocol):
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
-        """One generation per prompt (token ids), in order."""
+    def generate(self, prompts: list[list[int]]) -> list[Generation | GenerationFailure]:
+        """One generation per prompt (token ids), in order; an in-process engine never fails one alone."""

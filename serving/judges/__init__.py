@@ -54,6 +54,11 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
             f"--reference-from-answer is for pointwise generative judges; {config.model} is {served} judge"
         )
     if kind == "scalar":
+        if config.backend == "openai":
+            raise ValueError(
+                f"--backend openai serves generative judges (pointwise and pairwise); {config.model} is a scalar "
+                "judge: serve it with --backend vllm or transformers"
+            )
         from .scalar import ScalarJudge
 
         declared = spec.kind == "scalar" and (Path(config.model) / SPEC_FILE).is_file()

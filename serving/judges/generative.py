@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from judge_core.protocol import templates
 from judge_models.config import JudgeConfig
-from judge_models.engine import Generation, Generator
+from judge_models.engine import Generation, GenerationFailure, Generator
 
 from . import hf
 from .base import Judge, JudgeItem, Verdict
@@ -116,7 +116,9 @@ class GeneratingJudge(Judge):
         results: list[Generation | Verdict] = list(verdicts)
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
         for index, generation in zip(readable, self._generator.generate([encodings[i] for i in readable]), strict=True):
-            results[index] = generation
+            results[index] = (
+                Verdict.failed(generation.error) if isinstance(generation, GenerationFailure) else generation
+            )
         return results
 
     def _read(self, generation: Generation, parse: Callable[[str], templates.Judgement]) -> Answer | Verdict:
@@ -202,6 +204,11 @@ class GenerativeJudge(GeneratingJudge):
 
 
 def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:
+    if config.backend == "openai":
+        from judge_models.openai_engine import OpenAIGenerator, check_engine
+
+        check_engine(config, needs_logprobs=bool(candidate_ids))
+        return OpenAIGenerator(config, candidate_ids)
     if config.backend == "vllm":
         from judge_models.vllm_engine import VllmGenerator  # imported once vLLM is chosen
 
