@@ -92,6 +92,11 @@ class JudgeConfig:
         None,
         "multi-attribute scalar judge: weights as name=value,... replacing judge.json's (attributes left out weigh 0)",
     )
+    judge_template: str | None = option(
+        None,
+        "generative judge: your own prompt and answer parser, a YAML file (judge_core/judge_template.py): system and "
+        "user messages with {prompt}, {completion}, {answer}, {rubric}; a tag, regex or JSON field and the score range",
+    )
     reference_from_answer: bool = option(
         False,
         "pointwise generative judge: show the request's `answer` to the judge as a reference answer; needed for a "

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
-from judge_core.protocol.judge_api import answer_text, scalar_text
+from judge_core.protocol.judge_api import answer_text, rubric_text, scalar_text
 
 from .judges import ComparisonItem, JudgeItem, Verdict
 
@@ -51,6 +51,24 @@ class ChatMessage(BaseModel):
 Prompt = Text | Annotated[list[ChatMessage], Field(min_length=1)]
 
 
+def _rubric_field():
+    return Field(
+        None,
+        description="for a judge served with --judge-template whose template reads {rubric} (then required): the "
+        "criteria to judge by, as text or a list of criteria (one `- criterion` line each); other judges refuse it",
+    )
+
+
+RubricText = Annotated[
+    str | None,
+    BeforeValidator(
+        lambda value: rubric_text(value) if isinstance(value, list) else value,
+        json_schema_input_type=str | list[str] | None,
+    ),
+    AfterValidator(_unicode),
+]
+
+
 def _request_id_field():
     return Field(
         None,
@@ -83,11 +101,13 @@ class JudgeRequest(BaseModel):
         description="rule judge: NUMBER, MATH_EXPRESSIONS, MULTIPLE_CHOICE, BOOLEAN or TEXT; "
         "inferred from the answer when absent",
     )
+    rubric: RubricText = _rubric_field()
     request_id: RequestIdText = _request_id_field()
 
     def texts(self) -> dict[str, str]:
         """Every free text of the request, named for error messages."""
-        return {"completion": self.completion, "answer": self.answer or "", **_named_prompt(self.prompt)}
+        named = {"completion": self.completion, "answer": self.answer or "", "rubric": self.rubric or ""}
+        return {**named, **_named_prompt(self.prompt)}
 
     def item(self) -> JudgeItem:
         return JudgeItem(
@@ -95,6 +115,7 @@ class JudgeRequest(BaseModel):
             completion=self.completion,
             answer=self.answer,
             answer_type=self.answer_type,
+            rubric=self.rubric,
         )
 
 
@@ -102,6 +123,7 @@ class CompareRequest(BaseModel):
     prompt: Prompt = Field(description="the user prompt, or the conversation before the responses as chat messages")
     response_a: Text = Field(description="the first response to the prompt")
     response_b: Text = Field(description="the second response to the prompt")
+    rubric: RubricText = _rubric_field()
     request_id: RequestIdText = _request_id_field()
 
     def texts(self) -> dict[str, str]:
@@ -183,6 +205,7 @@ class GroupJudgeRequest(BaseModel):
     )
     k: int | None = Field(None, ge=1, description="k_random: siblings each completion meets (1 to N-1)")
     seed: int = Field(0, description="k_random: seed of the draw")
+    rubric: RubricText = _rubric_field()
     request_id: RequestIdText = _request_id_field()
 
     def texts(self) -> dict[str, str]:
@@ -230,6 +253,10 @@ class HealthResponse(BaseModel):
         False,
         description="whether a request's `answer` reaches the judge (a reference, the response compared with, a "
         "rule's ground truth); false: it is ignored",
+    )
+    reads_rubric: bool = Field(
+        False,
+        description="whether every request must carry a `rubric` (a --judge-template with {rubric}); false: refused",
     )
     queue_depth: int = Field(description="judgements accepted and not answered yet")
     max_batch_size: int

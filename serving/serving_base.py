@@ -72,6 +72,22 @@ class ServingHandler:
         """Which judge answered, as each response's metadata says."""
         return {"judge": self.service.identity.kind, "model_id": self.service.identity.model_id}
 
+    def check_rubrics(self, requests: Sequence, field: str = "") -> None:
+        """422 naming the field of each request whose rubric the judge needs and lacks, or cannot read."""
+        reads = self.service.identity.reads_rubric
+        problems = [
+            f"{field}[{i}].rubric" if field else "rubric"
+            for i, request in enumerate(requests)
+            if (request.rubric is None) == reads
+        ]
+        if problems:
+            why = (
+                "this judge's template reads a rubric ({rubric}): send one"
+                if reads
+                else "this judge has no place for a rubric (serve a --judge-template with {rubric}): leave it out"
+            )
+            raise HTTPException(422, f"{', '.join(problems[:8])}: {why}")
+
     def check_batch_size(self, count: int) -> None:
         limit = self.config.max_batch_requests
         if count > limit:

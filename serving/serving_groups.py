@@ -52,6 +52,7 @@ class GroupHandler(ServingHandler):
     def _pairs_to_compare(self, request: GroupJudgeRequest) -> list[tuple[int, int]]:
         """The request's schedule of comparisons, once it is within the server's limits (otherwise 400, 413, 422)."""
         self.check_can_compare("/judge_group")
+        self.check_rubrics([request])
         size, limit = len(request.completions), self.config.max_group_size
         if size > limit:
             raise HTTPException(413, f"{size} completions in one group; the limit is {limit}")

@@ -32,24 +32,31 @@ class JudgeItem:
     completion: str
     answer: str | None = None
     answer_type: str | None = None
+    rubric: str | None = None  # for a judge whose template reads one (serving's --judge-template)
 
     @classmethod
     def create(
-        cls, prompt: Conversation, completion: str, answer: Any = None, answer_type: str | None = None
+        cls,
+        prompt: Conversation,
+        completion: str,
+        answer: Any = None,
+        answer_type: str | None = None,
+        rubric: Any = None,
     ) -> JudgeItem:
         """A checked item from a caller's values: a text or message-list prompt, a text completion, the
-        answer in its wire text form (`answer_text`)."""
+        answer in its wire text form (`answer_text`), the rubric as text (`rubric_text`)."""
         if not isinstance(completion, str):
             raise TypeError(f"completion must be a string, got {type(completion).__name__}")
         if not isinstance(prompt, str):
             prompt = tuple(as_messages(prompt))
         if answer_type is not None and not isinstance(answer_type, str):
             raise TypeError(f"answer_type must be a string or None, got {type(answer_type).__name__}")
-        return cls(prompt, completion, answer_text(answer), answer_type)
+        return cls(prompt, completion, answer_text(answer), answer_type, rubric_text(rubric))
 
     def key(self) -> str:
         """Identity of the judgement: the adapter's cache key and in-flight de-duplication key."""
-        return json.dumps([prompt_key(self.prompt), self.completion, self.answer, self.answer_type], ensure_ascii=False)
+        fields = [prompt_key(self.prompt), self.completion, self.answer, self.answer_type]
+        return json.dumps(fields + ([self.rubric] if self.rubric is not None else []), ensure_ascii=False)
 
     def request_body(self, request_id: str) -> dict:
         """This item as one request of a /judge or /batch_judge body."""
@@ -60,6 +67,7 @@ class JudgeItem:
             "answer": self.answer,
             "answer_type": self.answer_type,
             "request_id": request_id,
+            **({"rubric": self.rubric} if self.rubric is not None else {}),
         }
 
 
@@ -89,6 +97,18 @@ def scalar_text(value: Any, field: str) -> str | None:
             raise ValueError(f"{field} must be a finite number, got {number!r}")
         return repr(number).removesuffix(".0")
     raise TypeError(f"{field} must be a string, a number or a boolean, got {type(value).__name__}")
+
+
+def rubric_text(rubric: Any) -> str | None:
+    """A rubric's one text form: text as it is; a list of criteria as one `- criterion` line each. TypeError
+    naming the field for anything else, or a list of anything but text."""
+    if rubric is None or isinstance(rubric, str):
+        return rubric
+    if hasattr(rubric, "tolist"):  # a list read from parquet arrives as a numpy array
+        rubric = rubric.tolist()
+    if isinstance(rubric, list | tuple) and all(isinstance(criterion, str) for criterion in rubric):
+        return "\n".join(f"- {criterion}" for criterion in rubric)
+    raise TypeError(f"rubric must be text or a list of criteria (text), got {type(rubric).__name__}")
 
 
 def answer_text(answer: Any) -> str | None:

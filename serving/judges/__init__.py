@@ -65,6 +65,8 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
         return ScalarJudge(config, spec if declared else JudgeSpec(kind="scalar"), calibrated=declared)
     if config.truncation != "none":
         raise ValueError(f"--truncation {config.truncation} is for scalar judges; {config.model} is a {kind} judge")
+    if config.judge_template:
+        return _template_judge(config, spec)
     if spec.prompt_format == "pairwise":
         from .pairwise import PairwiseJudge
 
@@ -73,6 +75,20 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
     from .generative import GenerativeJudge
 
     return GenerativeJudge(config)
+
+
+def _template_judge(config: JudgeConfig, spec: JudgeSpec) -> Judge:
+    from judge_core.judge_template import load_template
+
+    from .template import TemplateJudge
+
+    if spec.prompt_format == "pairwise" or config.reference_from_answer:
+        raise ValueError(
+            f"--judge-template is for pointwise generative judges; {config.model} is a pairwise judge"
+            if spec.prompt_format == "pairwise"
+            else "--judge-template shows the answer where its {answer} is; --reference-from-answer does not apply"
+        )
+    return TemplateJudge(config, load_template(config.judge_template))
 
 
 def _check_reference_use(config: JudgeConfig, spec: JudgeSpec) -> None:

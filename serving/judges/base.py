@@ -37,6 +37,7 @@ class JudgeIdentity:
     scoring: str = ""  # what the score is, where the kind alone does not say it
     tokenization: str = ""  # how the judge input is tokenized, its BOS included
     reads_answer: bool = False  # whether a request's `answer` reaches the judge; when False it is ignored
+    reads_rubric: bool = False  # whether every request must carry a `rubric`, which reaches the judge; else refused
 
 
 class ComparisonUnsupported(ValueError):

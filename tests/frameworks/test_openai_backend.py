@@ -184,6 +184,22 @@ def test_pairwise_judgements_comparisons_and_group_rewards_equal_the_in_process_
     assert expected[0] == pytest.approx((0.5 + 0.8 + 0.8) / 3)  # good beats bad 0.8, ties good 0.5
 
 
+def test_a_judge_template_and_its_rubric_work_on_the_engine(engines, tmp_path):
+    from tests.test_serving_template import SCRIPTED
+
+    template = tmp_path / "template.yaml"
+    template.write_text(SCRIPTED)
+    engine = engines["pointwise"]
+    flags = ["--judge-template", str(template), "--score-mode", "sample"]
+    with judge_server(engine.model_dir, engine.url, tmp_path / "server.log", *flags) as server:
+        answers = [
+            httpx.post(f"{server.url}/judge", json={"prompt": "Q", "completion": "A", "rubric": rubric}, timeout=300)
+            for rubric in ("<sure>", "<bad>")
+        ]
+    assert answers[0].json()["score"] == 0.25  # as on transformers (tests/test_serving_template.py)
+    assert "score 7 is outside the template's range" in answers[1].json()["error"]
+
+
 def test_an_engine_that_does_not_serve_the_model_is_refused_at_start_up(engines, tmp_path):
     engine = engines["pointwise"]
     command = [sys.executable, "-m", "serving", "--model", str(engine.model_dir), "--backend", "openai"]
