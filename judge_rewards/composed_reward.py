@@ -88,8 +88,9 @@ class ComposedReward:
                 rewards.append(err)
         return rewards
 
-    async def areward(self, prompt, completion: str, answer=None, answer_type=None, data_source=None) -> dict:
-        item = {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
+    async def areward(self, item: Mapping[str, Any], data_source=None) -> dict:
+        """One row's reward, awaited: `item` as reward_batch's, its route value apart."""
+        item = dict(item)
         spec = self._route({**item, ROUTE_KEY: data_source})
         if isinstance(spec, Exception):
             raise spec
@@ -250,4 +251,6 @@ def _rule(request: JudgeItem, source: str) -> _Scored:
 
 
 def _request(item: Mapping[str, Any]) -> JudgeItem:
-    return JudgeItem.create(item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"))
+    return JudgeItem.create(
+        item["prompt"], item["completion"], item.get("answer"), item.get("answer_type"), item.get("rubric")
+    )

@@ -96,14 +96,22 @@ class BaseJudgeReward:
         return [name for name, part in self._composed.spec.components.items() if part.type == "group_judge"]
 
     def reward(
-        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None, data_source: Any = None
+        self,
+        prompt,
+        completion: str,
+        answer: Any = None,
+        answer_type: str | None = None,
+        data_source: Any = None,
+        rubric: Any = None,
     ) -> dict:
-        """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion."""
+        """{'reward', 'source', 'explanation', 'request_id', 'error', 'detailed_scores'} for one completion.
+        `rubric` (text or a list of criteria): for a judge served with a template that reads one."""
+        item = _item(prompt, completion, answer, answer_type, rubric)
         if self._composed is not None:
-            return self._composed.reward_batch([_item(prompt, completion, answer, answer_type, data_source)])[0]
+            return self._composed.reward_batch([{**item, "data_source": data_source}])[0]
         if self.config.group_relative:
-            return self.reward_groups([_item(prompt, completion, answer, answer_type)])[0]
-        request, cached = self._lookup(prompt, completion, answer, answer_type)
+            return self.reward_groups([item])[0]
+        request, cached = self._lookup(item)
         if cached is not None:
             return cached
         started = time.monotonic()
@@ -114,19 +122,26 @@ class BaseJudgeReward:
         return self._reward_or_error(request, outcome, started, return_exceptions=False)
 
     async def areward(
-        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None, data_source: Any = None
+        self,
+        prompt,
+        completion: str,
+        answer: Any = None,
+        answer_type: str | None = None,
+        data_source: Any = None,
+        rubric: Any = None,
     ) -> dict:
         """`reward()` for asyncio callers: awaits the judge's answer without holding a thread while it is
         on its way (the rule fallback, when needed, runs in a worker thread: it may compute). In group_relative
         mode the sample waits for its siblings (group_size, group_window) and is judged with them. `data_source`:
         a reward spec's route value (ignored without routes)."""
+        item = _item(prompt, completion, answer, answer_type, rubric)
         if self._composed is not None:
-            return await self._composed.areward(prompt, completion, answer, answer_type, data_source)
+            return await self._composed.areward(item, data_source)
         if self.config.group_relative:
-            request = JudgeItem.create(prompt, completion, answer, answer_type)
+            request = _group_item(item)
             self._metrics.count("total_requests")
             return await self._gatherer.areward(request)
-        request, cached = self._lookup(prompt, completion, answer, answer_type)
+        request, cached = self._lookup(item)
         if cached is not None:
             return cached
         started = time.monotonic()
@@ -147,7 +162,7 @@ class BaseJudgeReward:
             return self.reward_groups(items, return_exceptions)
         if type(self)._request_judge is not BaseJudgeReward._request_judge:
             return self._reward_each(items, return_exceptions)
-        looked_up = [self._lookup(**item) for item in items]
+        looked_up = [self._lookup(item) for item in items]
         started = time.monotonic()
         asked = [request for request, cached in looked_up if cached is None]
         answers = iter(self._wait_all(self._client.submit_all(asked)))
@@ -201,7 +216,7 @@ class BaseJudgeReward:
         """Group-relative rewards of `items` ({prompt, completion, answer?, answer_type?}), in order: the items
         of one prompt form a group judged by POST /judge_group, all groups in flight at once. ValueError for a
         prompt with a single completion (nothing to compare it with)."""
-        requests = [JudgeItem.create(**item) for item in items]
+        requests = [_group_item(item) for item in items]
         self._metrics.count("total_requests", len(requests))
         groups: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
@@ -303,11 +318,9 @@ class BaseJudgeReward:
             f"({self._metrics.queue_size} requests waiting or in flight); the judge is too slow for this load"
         )
 
-    def _lookup(
-        self, prompt, completion: str, answer: Any = None, answer_type: str | None = None
-    ) -> tuple[JudgeItem, dict | None]:
+    def _lookup(self, item: Mapping[str, Any]) -> tuple[JudgeItem, dict | None]:
         """The checked request, and its cached reward (None when the judge must be asked)."""
-        request = JudgeItem.create(prompt, completion, answer, answer_type)
+        request = JudgeItem.create(**item)
         self._metrics.count("total_requests")
         cached = self._cache_get(request)
         if cached is None:
@@ -400,9 +413,15 @@ class BaseJudgeReward:
 JudgeRewardSystem = BaseJudgeReward  # the name training scripts import in place of their RewardSystem
 
 
-def _item(prompt, completion: str, answer: Any, answer_type: str | None, data_source: Any = None) -> dict:
+def _item(prompt, completion: str, answer: Any, answer_type: str | None, rubric: Any = None) -> dict:
     item = {"prompt": prompt, "completion": completion, "answer": answer, "answer_type": answer_type}
-    return item if data_source is None else {**item, "data_source": data_source}
+    return item if rubric is None else {**item, "rubric": rubric}
+
+
+def _group_item(item: Mapping[str, Any]) -> JudgeItem:
+    if item.get("rubric") is not None:
+        raise ValueError("rubric: group-relative rewards (POST /judge_group) do not carry a rubric")
+    return JudgeItem.create(**item)
 
 
 def _prompt_excerpt(request: JudgeItem) -> str:

@@ -45,10 +45,12 @@ class JudgeReward:
         answer_column: str | None = "answer",
         answer_type_column: str | None = None,
         name: str = "judge",
+        rubric_column: str | None = None,
     ):
         self.system = JudgeRewardSystem(config)
         self.answer_column = answer_column
         self.answer_type_column = answer_type_column
+        self.rubric_column = rubric_column  # a column of rubrics, for a judge served with a template that reads one
         self.__name__ = name  # TRL names a reward function's metrics after it (0.26 reads __name__)
 
     def __call__(self, prompts: Sequence, completions: Sequence, **columns) -> list[float | None]:
@@ -60,6 +62,9 @@ class JudgeReward:
                 zip(prompts, completions, answers, answer_types, strict=True)
             )
         ]
+        if self.rubric_column:
+            rubrics = self._column(self.rubric_column, columns, len(prompts))
+            items = [{**item, "rubric": rubric} for item, rubric in zip(items, rubrics, strict=True)]
         if self.system.route_column:  # a reward spec with routes: by the route column
             routes = self._column(self.system.route_column, columns, len(prompts))
             items = [{**item, "data_source": route} for item, route in zip(items, routes, strict=True)]

@@ -19,7 +19,8 @@ environment variables (JUDGE_MODEL_URL, JUDGE_MODEL_API_KEY, JUDGE_MAX_BATCH_SIZ
 verl hands a reward function the response text and `reward_model.ground_truth`, not the prompt: the
 policy dataset must carry the prompt in `extra_info.question` (the user's text, or the list of
 {role, content} messages). `ground_truth` is sent as the reference answer (None when the row has
-none) and `extra_info.answer_type` (optional) as its answer type. Other extra_info keys (verl 0.9 adds
+none), `extra_info.answer_type` (optional) as its answer type and `extra_info.rubric` (optional: text or a list
+of criteria) as the rubric of a judge served with a template that reads one. Other extra_info keys (verl 0.9 adds
 num_turns and rollout_reward_scores) are not read.
 
 Group-relative pairwise rewards (a pairwise judge, no reference answer needed): `reward_kwargs.group_relative=true`
@@ -55,6 +56,7 @@ from judge_rewards.composed_reward import COMPONENT_PREFIX
 from judge_rewards.judge_reward_adapter import SOURCE_CACHE, SOURCE_RULE_FALLBACK, JudgeRewardSystem
 
 QUESTION_KEY = "question"
+RUBRIC_KEY = "rubric"
 NO_COMPONENT_SOURCE = "none"  # a component's source on a row it did not score (not in its spec, or left out)
 ANSWER_TYPE_KEY = "answer_type"
 
@@ -140,6 +142,8 @@ def _judge_item(
         "answer": ground_truth,
         "answer_type": (extra_info or {}).get(ANSWER_TYPE_KEY),
     }
+    if (extra_info or {}).get(RUBRIC_KEY) is not None:  # for a judge whose template reads a rubric
+        item[RUBRIC_KEY] = extra_info[RUBRIC_KEY]
     if route_column is None:
         return item
     return {**item, "data_source": _route(route_column, data_source, extra_info)}
