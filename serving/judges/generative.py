@@ -102,17 +102,26 @@ class GeneratingJudge(Judge):
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
         self.computes_shared_prompts_once = config.shares_prompts
-        self._generator = _make_generator(config, self._tokenizer, self._values.token_ids if self._values else ())
+        self._generator = _make_generator(config, self._tokenizer, self.candidate_ids)
+
+    @property
+    def candidate_ids(self) -> tuple[int, ...]:
+        """The answer values' tokens whose log-probabilities expected mode reads (none in sample mode)."""
+        return self._values.token_ids if self._values else ()
+
+    def prompt_token_ids(self, conversations: Sequence[list[dict]]) -> tuple[list, list]:
+        """Each conversation's judge prompt as the engine reads it (token ids), or the verdict refusing it."""
+        texts = [
+            self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            for messages in conversations
+        ]
+        return hf.encode_checked(self._tokenizer, texts, self._config.max_input_tokens)
 
     def _generate(self, conversations: Sequence[list[dict]]) -> list[Generation | Verdict]:
         """One generation per conversation, in order; an error verdict for one too long to judge."""
         if not conversations:  # e.g. a pairwise batch whose items all lack a reference
             return []
-        texts = [
-            self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            for messages in conversations
-        ]
-        encodings, verdicts = hf.encode_checked(self._tokenizer, texts, self._config.max_input_tokens)
+        encodings, verdicts = self.prompt_token_ids(conversations)
         results: list[Generation | Verdict] = list(verdicts)
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
         for index, generation in zip(readable, self._generator.generate([encodings[i] for i in readable]), strict=True):
@@ -181,9 +190,10 @@ class GenerativeJudge(GeneratingJudge):
 
     def _judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         results = self._generate([self.input_messages(item) for item in items])
-        return [result if isinstance(result, Verdict) else self._verdict(result) for result in results]
+        return [result if isinstance(result, Verdict) else self.verdict(result) for result in results]
 
-    def _verdict(self, generation: Generation) -> Verdict:
+    def verdict(self, generation: Generation) -> Verdict:
+        """The judgement one generation gives."""
         answer = self._read(generation, templates.parse_pointwise)
         if isinstance(answer, Verdict):
             return answer
