@@ -9,7 +9,7 @@ wraps the trainer's `compute_data_metrics`. Each training step's metrics then al
 `component/<key>` of the step's rows (NaN: a row the component did not score):
 
     reward/component/<key>/mean    the mean over the rows it scored
-    reward/component/<key>/share   the share of the step's rows it scored
+    reward/component/<key>/share   the share of the step's rows it scored (a component's value only)
 
 e.g. `reward/component/judge/mean`, `reward/component/arithmetic/mean`, and each judge component's health figures
 (`reward/component/judge/health_judge_rule_agreement/mean`). Nothing else changes: without component keys the
@@ -47,7 +47,8 @@ def component_metrics(non_tensor_batch: dict) -> dict[str, float]:
             continue
         scored = ~np.isnan(values)
         metrics[f"{METRIC_PREFIX}{key}/mean"] = float(values[scored].mean()) if scored.any() else math.nan
-        metrics[f"{METRIC_PREFIX}{key}/share"] = float(scored.mean()) if values.size else math.nan
+        if "/" not in key.removeprefix(COMPONENT_PREFIX):  # a component's value, not one of its health figures
+            metrics[f"{METRIC_PREFIX}{key}/share"] = float(scored.mean()) if values.size else math.nan
     return metrics
 
 
