@@ -444,6 +444,18 @@ RUN: dict[tuple[str, str], Run | str] = {
         "experiments/policy-rl/LOG.md",
         "$ python -m evaluation.reward_plots experiments/policy-rl/results/learn-seed1/rollouts",
     ): Run(),
+    (  # the judge mixed with the arithmetic rule: per subset of the offline policy questions, and per component
+        "experiments/policy-rl/LOG.md",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/judge-and-rule-seed1/validation",
+    ): Run(links=(("data", "offline"),)),
+    (  # the judge-only runs beside them, per subset
+        "experiments/policy-rl/LOG.md",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/hard-negatives-seed2/validation",
+    ): Run(links=(("data", "offline"),)),
+    (  # and the mixed runs' training rollouts, each component per step
+        "experiments/policy-rl/LOG.md",
+        "$ python -m evaluation.reward_plots experiments/policy-rl/results/judge-and-rule-seed1/rollouts",
+    ): Run(),
     ("cookbooks/training_judge_model/bradley-terry/README.md", SMOLLM2_FIRST): Run(),
     ("cookbooks/training_judge_model/bradley-terry/README.md", "import json"): Run(),
     ("cookbooks/training_judge_model/bradley-terry/README.md", "from transformers import AutoModelFor"): Run(
