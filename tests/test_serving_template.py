@@ -126,3 +126,10 @@ def client_rewards(url: str) -> None:
     assert row["score"] == 0.25
     reward = JudgeReward({"judge_url": url}, answer_column=None, rubric_column="rubric")
     assert reward(["Q", "Q"], ["A response", "A response"], rubric=["<sure>", "<sure>"]) == [0.25, 0.25]
+
+
+def test_a_template_for_a_judge_without_a_prompt_is_refused(tiny_scalar_judge_dir, template):
+    with pytest.raises(ValueError, match=r"--judge-template is for generative judges; .* is a scalar judge"):
+        load_judge(JudgeConfig(model=str(tiny_scalar_judge_dir), judge_template=str(template)))
+    with pytest.raises(ValueError, match=r"--judge-template is for generative judges; --judge rule has no prompt"):
+        load_judge(JudgeConfig(judge="rule", judge_template=str(template)))

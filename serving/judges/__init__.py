@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 def load_judge(config: JudgeConfig) -> Judge:
     """The judge `config` names: its --judge kind, else the kind the model directory declares; a model judge on
     the engine --backend names (auto: vLLM where it can be imported), its identity saying which and why."""
+    if config.judge_template and config.judge == "rule":
+        raise ValueError("--judge-template is for generative judges; --judge rule has no prompt")
     if config.judge == "rule":
         from .rule import RuleJudge
 
@@ -54,6 +56,8 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
             f"--reference-from-answer is for pointwise generative judges; {config.model} is {served} judge"
         )
     if kind == "scalar":
+        if config.judge_template:
+            raise ValueError(f"--judge-template is for generative judges; {config.model} is a scalar judge")
         if config.backend == "openai":
             raise ValueError(
                 f"--backend openai serves generative judges (pointwise and pairwise); {config.model} is a scalar "
