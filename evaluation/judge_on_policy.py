@@ -36,6 +36,7 @@ from judge_core import rules
 from judge_core.settings import REQUIRED, option, parse_configs
 from judge_rewards.reward_health import rule_pair_accuracy
 
+from .reward_plots import shown
 from .sampling import sample_completions
 
 
@@ -174,18 +175,14 @@ def report(answers: list[Answer], config: JudgeOnPolicyConfig, judges: list[str]
         wrong = [a.rewards[judge] for a in answers if a.rule_score < 0.5]
         tied = sum(max(a.rewards[judge] for a in g) - min(a.rewards[judge] for a in g) < 1e-9 for g in groups.values())
         lines.append(
-            f"{judge:<{width}}  {pairs:>5.0f}  {_shown(accuracy):>13}  {_shown(_mean(right)):>6}  "
-            f"{_shown(_mean(wrong)):>6}  {tied:>4}"
+            f"{judge:<{width}}  {pairs:>5.0f}  {shown(accuracy):>13}  {shown(_mean(right)):>6}  "
+            f"{shown(_mean(wrong)):>6}  {tied:>4}"
         )
     return lines
 
 
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else math.nan
-
-
-def _shown(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def write_answers(answers: list[Answer], path: Path) -> None:

@@ -249,7 +249,7 @@ def components(runs: list[list[Row]], names: list[str]) -> list[str]:
     for step in sorted({step for by_step in runs_by_step for step in by_step}):
         for name, by_step in zip(names, runs_by_step, strict=True):
             if step in by_step:
-                means = [_shown(_component_mean(by_step[step], part)) for part in parts]
+                means = [shown(_component_mean(by_step[step], part)) for part in parts]
                 lines.append(
                     f"{step:>4}  {name:<{width}}  "
                     + "  ".join(f"{m:>{c}}" for m, c in zip(means, columns, strict=True))
@@ -271,7 +271,7 @@ def by_subset(runs: list[list[Row]], names: list[str]) -> list[str]:
             by_step = per_step([row for row in run if row.subset == subset])
             gained, lost, common = _gained_lost(by_step)
             p = f"{sign_test(gained, lost):.4f}" if common else "-"
-            first, last = (_shown(_rule_accuracy(by_step[step])) for step in (min(by_step), max(by_step)))
+            first, last = (shown(_rule_accuracy(by_step[step])) for step in (min(by_step), max(by_step)))
             lines.append(f"{subset:<10}  {name:<{width}}  {first:>5}  {last:>5}  {gained:>6}  {lost:>4}  {p:>11}")
     return lines
 
@@ -316,10 +316,9 @@ def sign_test(gained: int, lost: int) -> float:
 
 def _summary_line(step: str, name: str, width: int, members: list[Row]) -> str:
     pairs, pair_accuracy = _pair_accuracy(members)
-    shown = "-" if math.isnan(pair_accuracy) else f"{pair_accuracy:.3f}"
     return (
         f"{step:>4}  {name:<{width}}  {len(members):>7}  {_mean_reward(members):>10.3f}  "
-        f"{_rule_accuracy(members):>13.3f}  {pairs:>5.0f}  {shown:>13}"
+        f"{_rule_accuracy(members):>13.3f}  {pairs:>5.0f}  {shown(pair_accuracy):>13}"
     )
 
 
@@ -328,7 +327,8 @@ def _component_mean(members: list[Row], name: str) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
-def _shown(value: float) -> str:
+def shown(value: float) -> str:
+    """A figure as the tables print it: 3 decimals, or '-' for none (NaN)."""
     return "-" if math.isnan(value) else f"{value:.3f}"
 
 
