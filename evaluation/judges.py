@@ -18,10 +18,11 @@ import httpx
 from judge_core.protocol import judge_api
 from judge_core.protocol.templates import as_messages
 from judge_core.settings import option
-from judge_rewards.judge_client import BatchingJudgeClient, JudgeUnavailableError
+from judge_rewards.judge_client import BatchingJudgeClient, GroupRequest, JudgeUnavailableError
 from judge_rewards.reward_config import JudgeRewardConfig
 from judge_rewards.reward_metrics import RewardMetrics
-from serving.judges import JudgeItem, Verdict
+from serving.judges import ComparisonItem, ComparisonUnsupported, JudgeItem, Verdict
+from serving.judges.base import ORDERS_AGREE
 
 API_KEY_ENV = "JUDGE_MODEL_API_KEY"  # the reward adapter's variable: one key for every client
 # A batch waits for a free connection slot at most as long as one batch ahead of it takes, then takes as long itself.
@@ -38,6 +39,46 @@ class JudgeBackend(Protocol):
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """One verdict per item, in order; a failed judgement is a verdict with an error."""
+
+    def compare_groups(self, groups: Sequence[Group]) -> list[list[Verdict]]:
+        """Per group, one verdict per completion: its mean win probability over every sibling (all pairs)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """A prompt and completions to compare with each other, every pair (/judge_group's all_pairs)."""
+
+    prompt: object  # text or chat messages
+    completions: tuple[str, ...]
+
+
+class GroupOutcome(Protocol):
+    """A completion's reward in a group: the server's CompletionReward, or the client's GroupReward."""
+
+    score: float | None
+    comparisons: int
+    failed: int
+    error: str | None
+    orders_agreed: int | None
+
+
+def group_verdict(reward: GroupOutcome) -> Verdict:
+    """A completion's group reward as its verdict. One failed comparison fails it: a score from the comparisons
+    that answered would rank it on fewer siblings than the others. `orders_agree`: every comparison's two orders
+    agreed."""
+    if reward.failed or reward.score is None:
+        return Verdict.failed(reward.error or "none of its comparisons answered")
+    metadata: dict = {"comparisons": reward.comparisons}
+    if reward.orders_agreed is not None:
+        metadata[ORDERS_AGREE] = reward.orders_agreed == reward.comparisons
+    return Verdict(score=reward.score, metadata=metadata)
+
+
+def cannot_compare(identity: dict) -> EvaluationError:
+    return EvaluationError(
+        f"--all-pairs needs a judge that compares two responses (pairwise or scalar); the {identity['kind']} "
+        f"judge {identity['model_id']} does not"
+    )
 
 
 @dataclass(frozen=True)
@@ -79,21 +120,41 @@ class HttpJudge:
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return [self._verdict(future) for future in self._client.submit_all(items)]
 
+    def compare_groups(self, groups: Sequence[Group]) -> list[list[Verdict]]:
+        """POST /judge_group per group (all_pairs), up to --concurrency in flight; a judge that cannot compare is
+        refused by the server (400), which stops the evaluation."""
+        futures = [self._client.submit_group(GroupRequest(group.prompt, group.completions)) for group in groups]
+        return [
+            self._group_verdicts(future, len(group.completions)) for future, group in zip(futures, groups, strict=True)
+        ]
+
+    def _group_verdicts(self, future: concurrent.futures.Future, size: int) -> list[Verdict]:
+        result, error = self._result(future)
+        if error is not None:
+            return [Verdict.failed(error)] * size
+        return [group_verdict(reward) for reward in result.rewards]
+
     def _verdict(self, future: concurrent.futures.Future) -> Verdict:
-        try:
-            result = future.result(timeout=self._result_wait_s)
-        except JudgeUnavailableError as err:
-            if err.permanent:
-                raise EvaluationError(str(err)) from None
-            return Verdict.failed(str(err))
-        except concurrent.futures.TimeoutError:
-            return Verdict.failed(f"no judge answer within {self._result_wait_s:.0f}s")
+        result, error = self._result(future)
+        if error is not None:
+            return Verdict.failed(error)
         return Verdict(
             score=result.score,
             explanation=result.explanation,
             metadata=result.metadata,
             detailed_scores=result.detailed_scores,
         )
+
+    def _result(self, future: concurrent.futures.Future):
+        """(the future's result, None), or (None, why there is none); a permanent refusal stops the evaluation."""
+        try:
+            return future.result(timeout=self._result_wait_s), None
+        except JudgeUnavailableError as err:
+            if err.permanent:
+                raise EvaluationError(str(err)) from None
+            return None, str(err)
+        except concurrent.futures.TimeoutError:
+            return None, f"no judge answer within {self._result_wait_s:.0f}s"
 
     def __enter__(self) -> HttpJudge:
         return self
@@ -184,6 +245,29 @@ class InProcessJudge:
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return self._isolate(self._judge.score_batch, items)
 
+    def compare_groups(self, groups: Sequence[Group]) -> list[list[Verdict]]:
+        """Every group's pairs in one compare_batch call, rewarded as the server's /judge_group rewards them."""
+        from serving.group_rewards import group_rewards, pair_schedule
+
+        if not self._judge.can_compare:
+            raise cannot_compare(self.identity)
+        schedules = [pair_schedule(len(group.completions), "all_pairs") for group in groups]
+        items = [
+            ComparisonItem(group.prompt, group.completions[i], group.completions[j])
+            for group, pairs in zip(groups, schedules, strict=True)
+            for i, j in pairs
+        ]
+        try:
+            verdicts = self._isolate(self._judge.compare_batch, items)
+        except ComparisonUnsupported:
+            raise cannot_compare(self.identity) from None
+        outcomes, start = [], 0
+        for group, pairs in zip(groups, schedules, strict=True):
+            rewards = group_rewards(len(group.completions), pairs, verdicts[start : start + len(pairs)])
+            outcomes.append([group_verdict(reward) for reward in rewards])
+            start += len(pairs)
+        return outcomes
+
 
 @dataclass(frozen=True)
 class LikelihoodOptions:
@@ -231,6 +315,9 @@ class LikelihoodJudge:
         from serving.batching import score_isolating_failures
 
         return score_isolating_failures(lambda batch: [self._verdict(item) for item in batch], items)
+
+    def compare_groups(self, groups: Sequence[Group]) -> list[list[Verdict]]:
+        raise cannot_compare(self.identity)
 
     def _verdict(self, item: JudgeItem) -> Verdict:
         prompt = self._tokenizer.apply_chat_template(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +14,10 @@ from tqdm import tqdm
 
 from judge_core.settings import REQUIRED, option
 from serving.judges import JudgeItem, Verdict
+from serving.judges.base import ORDERS_AGREE
 
 from .data import EvalRow
-from .judges import EvaluationError, JudgeBackend
+from .judges import EvaluationError, Group, JudgeBackend
 from .scoring import (
     PositionConsistency,
     ScoredRow,
@@ -30,8 +31,6 @@ from .scoring import (
 )
 
 SCORE_FIELDS = ("score", "raw_reward")
-# The verdict metadata of a judge that judged both orders of a pair: whether the two verdicts agree.
-ORDERS_AGREE = "orders_agree"
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,13 @@ class EvaluationOptions:
         "column of per-row reference answers sent to the judge as `answer` (offline eval: reference); default: none",
         metavar="NAME",
     )
+    all_pairs: bool = option(
+        False,
+        "compare each row's completions with each other instead of judging each alone, every pair in both orders "
+        "for a pairwise judge (POST /judge_group, schedule all_pairs): a completion's score is its mean win "
+        "probability against its siblings, with no reference answer; position consistency then counts a completion "
+        "whose every comparison agreed in both orders",
+    )
     row_scores: bool = option(False, "also write every row's scores into results.json")
     chance_draws: int = option(100, "random judges averaged for the Ties chance level; best-of-N chance is exact")
     chance_seed: int = option(0, "seed of those random judges")
@@ -64,6 +70,10 @@ class EvaluationOptions:
             raise ValueError(f"score_field must be one of {SCORE_FIELDS}")
         if self.chance_draws < 1:
             raise ValueError("chance_draws must be positive")
+        if self.all_pairs and self.reference_column:
+            raise ValueError(
+                "--all-pairs compares the completions with each other, with no reference: leave out --reference-column"
+            )
 
 
 @dataclass
@@ -116,8 +126,11 @@ def evaluate(
 ) -> EvaluationResult:
     if options.score_field == "raw_reward" and backend.identity["kind"] != "scalar":
         raise EvaluationError(f"--score-field raw_reward needs a scalar judge; this one is {backend.identity['kind']}")
-    check_reference_reaches_judge(options.reference_column, backend.identity)
-    scored = judge_rows(rows, backend, options.batch_size, options.score_field)
+    if options.all_pairs:
+        scored = compare_rows(rows, backend, options.batch_size, options.score_field)
+    else:
+        check_reference_reaches_judge(options.reference_column, backend.identity)
+        scored = judge_rows(rows, backend, options.batch_size, options.score_field)
     return EvaluationResult(
         options,
         backend.identity,
@@ -152,7 +165,7 @@ def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, 
         for row in rows
         for completion in row.completions
     ]
-    verdicts = _judge_all(backend, items, batch_size)
+    verdicts = _in_batches(backend.score_batch, items, batch_size, backend.parallel_calls, "completions")
     scored, start = [], 0
     for row in rows:
         end = start + len(row.completions)
@@ -161,17 +174,28 @@ def judge_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, 
     return scored
 
 
-def _judge_all(backend: JudgeBackend, items: list[JudgeItem], batch_size: int) -> list[Verdict]:
+def compare_rows(rows: Sequence[EvalRow], backend: JudgeBackend, batch_size: int, score_field: str) -> list[ScoredRow]:
+    """--all-pairs: each row's completions compared with each other, about batch_size completions per call."""
+    if score_field != "score":
+        raise EvaluationError("--all-pairs ranks by the mean win probability: leave --score-field at score")
+    groups = [Group(row.prompt, tuple(row.completions)) for row in rows]
+    per_call = max(1, batch_size // max(len(group.completions) for group in groups))
+    outcomes = _in_batches(backend.compare_groups, groups, per_call, backend.parallel_calls, "rows")
+    return [_scored_row(row, verdicts, score_field) for row, verdicts in zip(rows, outcomes, strict=True)]
+
+
+def _in_batches(score: Callable[[list], list], items: list, batch_size: int, parallel_calls: int, unit: str) -> list:
+    """score(batch) over the items' batches, `parallel_calls` at a time, the results in the items' order."""
     batches = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
-    verdicts: list[Verdict] = []
+    results: list = []
     with (
-        tqdm(total=len(items), desc="judging", unit=" completions") as progress,
-        ThreadPoolExecutor(backend.parallel_calls) as pool,
+        tqdm(total=len(items), desc="judging", unit=f" {unit}") as progress,
+        ThreadPoolExecutor(parallel_calls) as pool,
     ):
-        for batch_verdicts in pool.map(backend.score_batch, batches):  # map keeps the batches' order
-            verdicts.extend(batch_verdicts)
-            progress.update(len(batch_verdicts))
-    return verdicts
+        for batch_results in pool.map(score, batches):  # map keeps the batches' order
+            results.extend(batch_results)
+            progress.update(len(batch_results))
+    return results
 
 
 def _scored_row(row: EvalRow, verdicts: Sequence[Verdict], score_field: str) -> ScoredRow:

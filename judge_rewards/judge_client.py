@@ -72,12 +72,14 @@ class JudgeResult:
 @dataclass(frozen=True)
 class GroupReward:
     """One completion's outcome in a /judge_group answer: `score` is its mean win probability over the
-    `comparisons` that answered (None when none did); `failed` comparisons are summarised in `error`."""
+    `comparisons` that answered (None when none did); `failed` comparisons are summarised in `error`;
+    `orders_agreed` of the answered ones chose the same response in both orders (None: the judge does not say)."""
 
     score: float | None
     comparisons: int
     failed: int
     error: str | None
+    orders_agreed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -289,24 +291,23 @@ class BatchingJudgeClient:
             getter: asyncio.Future | None = None
             stopping = False
             while not stopping:
+                # The first item is awaited without a slot: while no batch waits, a group request may take it.
+                first = await (getter or self._queue.get())
+                if first is None:
+                    break
                 await slots.acquire()
-                batch, getter, stopping = await self._collect_batch(getter)
-                if not batch:
-                    slots.release()
-                    continue
+                batch, getter, stopping = await self._collect_batch(first)
                 task = asyncio.create_task(self._send(http, batch))
                 self._sending.add(task)
                 task.add_done_callback(lambda done: (self._sending.discard(done), slots.release()))
             await asyncio.gather(*self._sending, return_exceptions=True)  # cancelled ones included
 
-    async def _collect_batch(self, getter):
-        """(batch, the pending queue getter to reuse, whether the stop signal came).
+    async def _collect_batch(self, first: _Pending):
+        """(the batch that starts with `first`, the pending queue getter to reuse, whether the stop signal came).
 
         A getter that times out is kept for the next batch instead of being cancelled, so no item is
         lost between a timeout and a cancellation."""
-        first = await (getter or self._queue.get())
-        if first is None:
-            return [], None, True
+        getter = None
         batch = [first]
         deadline = asyncio.get_running_loop().time() + self.config.batch_timeout
         while len(batch) < self.config.max_batch_size:
@@ -514,7 +515,12 @@ def _group_reward(entry: Any, index: int) -> GroupReward:
         error = f"none of its {failed} comparisons answered"
     if failed and not error:
         raise ValueError(f"rewards[{index}] has {failed} failed comparisons and no error")
-    return GroupReward(None if score is None else float(score), comparisons, failed, error)
+    agreed = entry.get("orders_agreed")
+    if agreed is not None and (
+        isinstance(agreed, bool) or not isinstance(agreed, int) or not 0 <= agreed <= comparisons
+    ):
+        raise ValueError(f"rewards[{index}].orders_agreed must be a count up to {comparisons} or null, not {agreed!r}")
+    return GroupReward(None if score is None else float(score), comparisons, failed, error, agreed)
 
 
 def _put_all(queue: asyncio.Queue, items: list[_Pending]) -> None:

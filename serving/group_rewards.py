@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from judge_core.protocol import groups
 
-from .judges.base import Verdict
+from .judges.base import ORDERS_AGREE, Verdict
 
 SCHEDULES = ("all_pairs", "k_random")
 
@@ -34,6 +34,8 @@ class CompletionReward:
     comparisons: int  # comparisons of this completion that answered
     failed: int  # comparisons of this completion that failed
     error: str | None  # what failed, when anything did
+    # answered comparisons of this completion whose two orders chose the same response; None: no verdict says
+    orders_agreed: int | None = None
 
 
 def pair_schedule(size: int, schedule: str, k: int | None = None, seed: int = 0) -> list[tuple[int, int]]:
@@ -55,6 +57,7 @@ def pair_schedule(size: int, schedule: str, k: int | None = None, seed: int = 0)
 def group_rewards(size: int, pairs: Sequence[tuple[int, int]], verdicts: Sequence[Verdict]) -> list[CompletionReward]:
     """Each completion's reward from the verdicts of `pairs` (score: P(first of the pair is better))."""
     wins, answered = [0.0] * size, [0] * size
+    agreed: list[int | None] = [None] * size
     failures: list[list[str]] = [[] for _ in range(size)]
     for (i, j), verdict in zip(pairs, verdicts, strict=True):
         if verdict.score is None:
@@ -63,14 +66,17 @@ def group_rewards(size: int, pairs: Sequence[tuple[int, int]], verdicts: Sequenc
             continue
         wins[i] += verdict.score
         wins[j] += 1.0 - verdict.score
-        answered[i] += 1
-        answered[j] += 1
+        for own in (i, j):
+            answered[own] += 1
+            if ORDERS_AGREE in verdict.metadata:
+                agreed[own] = (agreed[own] or 0) + bool(verdict.metadata[ORDERS_AGREE])
     return [
         CompletionReward(
             score=wins[i] / answered[i] if answered[i] else None,
             comparisons=answered[i],
             failed=len(failures[i]),
             error=_failure_summary(failures[i], answered[i]),
+            orders_agreed=agreed[i],
         )
         for i in range(size)
     ]
@@ -79,7 +85,7 @@ def group_rewards(size: int, pairs: Sequence[tuple[int, int]], verdicts: Sequenc
 def position_consistency(verdicts: Sequence[Verdict]) -> float | None:
     """The share of answered comparisons whose two orders chose the same response (pairwise generative judges,
     which report `orders_agree`); None when no verdict reports it."""
-    agreements = [v.metadata["orders_agree"] for v in verdicts if v.score is not None and "orders_agree" in v.metadata]
+    agreements = [v.metadata[ORDERS_AGREE] for v in verdicts if v.score is not None and ORDERS_AGREE in v.metadata]
     return sum(agreements) / len(agreements) if agreements else None
 
 

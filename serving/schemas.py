@@ -225,6 +225,11 @@ class GroupReward(BaseModel):
     comparisons: int = Field(description="comparisons of this completion that answered")
     failed: int = Field(description="comparisons of this completion that failed")
     error: str | None = Field(None, description="what failed; null when every comparison answered")
+    orders_agreed: int | None = Field(
+        None,
+        description="comparisons that answered whose two orders chose the same response (pairwise generative "
+        "judges); null for a judge that compares in one order",
+    )
 
 
 class GroupJudgeResponse(BaseModel):

@@ -35,6 +35,21 @@ def test_group_rewards_rank_by_the_planted_judge_and_carry_their_counts(longer):
     assert longer.bodies[0]["auth"] == "Bearer secret" and longer.bodies[0]["schedule"] == "all_pairs"
 
 
+def test_groups_go_out_on_a_single_connection(longer):
+    """With max_concurrent_requests 1 the batch loop used to hold the only slot while it waited for items, and
+    every group waited for it until its result timed out."""
+    batch = group("P1", "a", "bbb") + group("P2", "cc", "d")
+    with make_system(longer.url, group_relative=True, api_key="secret", max_concurrent_requests=1) as system:
+        rewards = system.reward_batch(batch)
+    assert [(r["reward"], r["source"]) for r in rewards] == [
+        (0.0, "judge"),
+        (1.0, "judge"),
+        (1.0, "judge"),
+        (0.0, "judge"),
+    ]
+    assert len(longer.bodies) == 2
+
+
 def test_always_a_judge_gives_every_completion_the_same_reward():
     server = GroupJudgeServer("always_a")
     try:

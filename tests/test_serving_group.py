@@ -80,6 +80,14 @@ def test_position_consistency_counts_the_orders_that_agree():
     assert position_consistency([Verdict(0.5, "", {})]) is None  # a scalar judge has no orders
 
 
+def test_each_completion_counts_its_comparisons_whose_orders_agreed():
+    pairs = pair_schedule(3, "all_pairs")  # (0, 1), (0, 2), (1, 2)
+    verdicts = [Verdict(0.5, "", {"orders_agree": agree}) for agree in (True, False, True)]
+    assert [reward.orders_agreed for reward in group_rewards(3, pairs, verdicts)] == [1, 2, 1]
+    unordered = group_rewards(3, pairs, [Verdict(0.5, "", {})] * 3)  # a scalar judge compares in one order
+    assert [reward.orders_agreed for reward in unordered] == [None] * 3
+
+
 @pytest.fixture(scope="module")
 def pairwise_server(pairwise_judge_dir, tmp_path_factory):  # noqa: F811
     log_path = tmp_path_factory.mktemp("group_pairwise_server") / "server.log"
@@ -101,6 +109,7 @@ def test_a_first_position_judge_gives_every_completion_the_same_reward(pairwise_
     assert answer["request_id"] == "g1" and answer["comparisons_run"] == 6
     for reward in answer["rewards"]:  # each comparison in both orders: 0.8 for A, then 0.2 for the first response
         assert reward["score"] == pytest.approx(0.5) and (reward["comparisons"], reward["failed"]) == (3, 0)
+        assert reward["orders_agreed"] == 0
     assert answer["metadata"]["position_consistency"] == 0.0  # the two orders always chose different responses
 
 

@@ -9,6 +9,9 @@ from typing import Any
 
 from judge_core.protocol.judge_api import ComparisonItem, JudgeItem  # noqa: F401 (re-exported)
 
+# Verdict metadata of a judge that judged both orders of a pair (pairwise generative): whether the two agreed.
+ORDERS_AGREE = "orders_agree"
+
 
 @dataclass
 class Verdict:

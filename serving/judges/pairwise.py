@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from judge_core.protocol import templates
 from judge_models.config import JudgeConfig
 
-from .base import ComparisonItem, JudgeItem, Verdict
+from .base import ORDERS_AGREE, ComparisonItem, JudgeItem, Verdict
 from .generative import Answer, GeneratingJudge
 
 NO_REFERENCE = "a pairwise judge compares the completion with the reference `answer`; this request has none"
@@ -73,7 +73,7 @@ class PairwiseJudge(GeneratingJudge):
         metadata = {
             "order_scores": order_scores,
             "verdicts": verdicts,
-            "orders_agree": verdicts[0] == verdicts[1],
+            ORDERS_AGREE: verdicts[0] == verdicts[1],
             "score_mode": self._config.score_mode,
             "generated_tokens": [a.generated_tokens for a in answers],
         }
