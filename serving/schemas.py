@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_core.protocol.judge_api import answer_text, rubric_text, scalar_text
@@ -271,13 +271,24 @@ class HealthResponse(BaseModel):
     uptime_s: float
 
 
+class OpenRLHFLabel(BaseModel):
+    """A label that carries more than the reference answer: OpenRLHF posts the dataset's label column as it is, so
+    a column of objects brings each prompt's rubric along."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: AnswerText = Field(None, description="the reference answer")
+    rubric: RubricText = _rubric_field()
+
+
 class OpenRLHFRewardRequest(BaseModel):
     """OpenRLHF's remote reward request (`--reward.remote_url`): per sample, the prompt and response decoded
     together, the prompt text the policy was given, and the dataset's label."""
 
     query: list[Text] = Field(min_length=1, description="prompt + response, decoded with special tokens kept")
     prompts: list[Text] = Field(description="the prompt text the policy was given (usually chat-templated)")
-    labels: list[AnswerText] | None = Field(None, description="the reference answers; absent or null: none")
+    labels: list[OpenRLHFLabel | AnswerText] | None = Field(
+        None, description="the reference answers, or objects {answer, rubric}; absent or null: none"
+    )
 
     @model_validator(mode="after")
     def _one_per_sample(self):
@@ -296,7 +307,8 @@ class OpenRLHFRewardRequest(BaseModel):
         for index, (query, prompt, label) in enumerate(zip(self.query, self.prompts, labels, strict=True)):
             try:
                 conversation, response = split_rollout(query, prompt)
-                requests.append(JudgeRequest(prompt=conversation, completion=response, answer=label))
+                answer, rubric = (label.answer, label.rubric) if isinstance(label, OpenRLHFLabel) else (label, None)
+                requests.append(JudgeRequest(prompt=conversation, completion=response, answer=answer, rubric=rubric))
             except RolloutTextError as err:
                 requests.append(f"sample {index}: {err}")
             except ValidationError as err:

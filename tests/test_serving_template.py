@@ -101,10 +101,21 @@ def test_the_server_answers_422_for_a_rubric_missing_or_unread(scripted_judge_di
         refused = httpx.post(f"{server.url}/batch_judge", json={"requests": batch})
         assert refused.status_code == 422 and "requests[1].rubric" in refused.text
         assert httpx.get(f"{server.url}/health").json()["reads_rubric"] is True
+        openrlhf_rewards(server.url)
         client_rewards(server.url)
     with start_server(["--judge", "rule"], tmp_path / "rule.log") as rule_server:
         unread = httpx.post(f"{rule_server.url}/judge", json={"prompt": "Q", "completion": "4", "rubric": "exact"})
         assert unread.status_code == 422 and "rubric: this judge has no place for a rubric" in unread.text
+
+
+def openrlhf_rewards(url: str) -> None:
+    """OpenRLHF posts the dataset's label column as it is: a label object brings the rubric, a plain one cannot."""
+    prompt = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+    body = {"query": [prompt + "A response<|im_end|>"], "prompts": [prompt]}
+    labeled = httpx.post(f"{url}/openrlhf/reward", json={**body, "labels": [{"rubric": ["<sure>"]}]})
+    assert labeled.status_code == 200 and labeled.json()["rewards"] == [0.25]
+    plain = httpx.post(f"{url}/openrlhf/reward", json={**body, "labels": ["4"]})
+    assert plain.status_code == 422 and "labels[0].rubric: this judge's template reads a rubric" in plain.text
 
 
 def client_rewards(url: str) -> None:
