@@ -131,7 +131,7 @@ class CompareRequest(BaseModel):
         return {"response_a": self.response_a, "response_b": self.response_b, **_named_prompt(self.prompt)}
 
     def item(self) -> ComparisonItem:
-        return ComparisonItem(prompt=_prompt_value(self.prompt), response_a=self.response_a, response_b=self.response_b)
+        return ComparisonItem(_prompt_value(self.prompt), self.response_a, self.response_b, self.rubric)
 
 
 class VerdictResponse(BaseModel):

@@ -20,7 +20,7 @@ class GroupHandler(ServingHandler):
     async def judge_group(self, request: GroupJudgeRequest, http_request: Request) -> GroupJudgeResponse:
         pairs = self._pairs_to_compare(request)
         started = time.perf_counter()
-        judging = self.compare_group(request.conversation(), request.completions, pairs)
+        judging = self.compare_group(request.conversation(), request.completions, pairs, request.rubric)
         verdicts = await judged_unless_client_leaves(http_request, judging)
         rewards = group_rewards(len(request.completions), pairs, verdicts)
         return GroupJudgeResponse(
@@ -36,10 +36,10 @@ class GroupHandler(ServingHandler):
         )
 
     async def compare_group(
-        self, prompt, completions: Sequence[str], pairs: Sequence[tuple[int, int]]
+        self, prompt, completions: Sequence[str], pairs: Sequence[tuple[int, int]], rubric: str | None = None
     ) -> list[Verdict]:
         """The verdicts of `pairs` (i, j) of the completions: the probability that completion i is better."""
-        items = [ComparisonItem(prompt, completions[i], completions[j]) for i, j in pairs]
+        items = [ComparisonItem(prompt, completions[i], completions[j], rubric) for i, j in pairs]
         verdicts = await self.service.compare(items)
         self.metrics.count_verdicts(verdicts, comparisons=True)
         return verdicts

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from judge_core.judge_template import TemplateError, load_template
-from judge_core.protocol.judge_api import JudgeItem
+from judge_core.protocol.judge_api import ComparisonItem, JudgeItem
 from judge_models.config import JudgeConfig
 from judge_rewards import JudgeRewardSystem, JudgeUnavailableError, verl_reward
 from judge_rewards.trl_reward import JudgeReward
@@ -17,6 +17,7 @@ from serving.judges import load_judge
 from tests.conftest import REPO_ROOT
 from tests.support.servers import start_server
 from tests.test_serving_generative import POINTWISE_SCRIPT, build_script_judge
+from tests.test_serving_pairwise import pairwise_judge_dir  # noqa: F401  (a module fixture used below)
 
 EXAMPLE = REPO_ROOT / "serving" / "templates" / "rubric_judge.yaml"
 # The scripted judge answers by the marker in its prompt's "## Response to rate" section: the rubric goes there.
@@ -31,6 +32,25 @@ user: |
 parser:
   tag: score
   range: [0, 4]
+"""
+
+
+# test_serving_pairwise.py's scripted judge reads the marker ending "## Response A": <good> there gives A, <bad> B.
+PAIRWISE = """\
+user: |
+  Question: {prompt}
+
+  ## Response A
+  {response_a}
+
+  ## Response B
+  {response_b}
+
+  Criteria: {rubric}
+  Which response is better? Answer <better>A</better> or <better>B</better>.
+parser:
+  tag: better
+  verdicts: [A, B]
 """
 
 
@@ -54,6 +74,10 @@ def template(tmp_path):
         (SCRIPTED.replace("tag: score", "regex: 'Score: \\d+'"), r"parser.regex: needs a group"),
         (SCRIPTED.replace("[0, 4]", "[4, 0]"), r"parser.range: the lowest score must be below the highest"),
         (SCRIPTED.replace("  tag: score\n", ""), r"parser: needs exactly one of \('tag', 'regex', 'json_field'\)"),
+        (PAIRWISE.replace("{response_b}", "{completion}"), r"user: a pairwise template needs \{response_a\} and"),
+        (PAIRWISE.replace("Criteria", "{answer}"), r"user: a pairwise template compares .* drop \['answer'\]"),
+        (PAIRWISE.replace("verdicts: [A, B]", "range: [0, 1]"), r"parser: unknown keys \['range'\]"),
+        (PAIRWISE.replace("[A, B]", "[A, A]"), r"parser.verdicts: must be 2 or 3 distinct texts"),
         (SCRIPTED.replace("parser:", "sytem: x\nparser:"), r"unknown keys \['sytem'\]"),
         (SCRIPTED.replace("Question: {prompt}", "Question: {prompt"), r"user: .*literal braces"),
     ],
@@ -74,9 +98,18 @@ def test_the_example_template_reads_a_rubric_and_a_score_from_1_to_10():
     assert "- exact\n- short" in messages[1]["content"] and messages[0]["role"] == "system"
 
 
+def test_the_pairwise_example_reads_three_verdicts():
+    example = load_template(EXAMPLE.with_name("pairwise_judge.yaml"))
+    assert example.pairwise and example.reads_rubric
+    assert [example.read(f"<better>{v}</better>").score for v in ("A", "B", "tie")] == [1.0, 0.0, 0.5]
+    assert example.read("<better>C</better>").error == "the verdict 'C' is none of the template's ['A', 'B', 'tie']"
+    content = example.pair_messages("Q?", "first", "second", "- exact")[1]["content"]
+    assert content.index("first") < content.index("second") and "- exact" in content
+
+
 def test_the_rubric_reaches_the_judge_and_the_templates_parser_reads_its_score(scripted_judge_dir, template):
     config = JudgeConfig(model=str(scripted_judge_dir), judge_template=str(template), max_new_tokens=8)
-    with pytest.raises(ValueError, match=r"scripted.yaml: the template's parser reads the generated score; .*sample"):
+    with pytest.raises(ValueError, match=r"scripted.yaml: the template's parser reads the generated answer; .*sample"):
         load_judge(config)
     config.score_mode = "sample"
     judge = load_judge(config)
@@ -137,6 +170,38 @@ def client_rewards(url: str) -> None:
     assert row["score"] == 0.25
     reward = JudgeReward({"judge_url": url}, answer_column=None, rubric_column="rubric")
     assert reward(["Q", "Q"], ["A response", "A response"], rubric=["<sure>", "<sure>"]) == [0.25, 0.25]
+
+
+def test_a_pairwise_template_compares_in_both_orders_with_the_rubric_it_reads(pairwise_judge_dir, tmp_path):  # noqa: F811
+    path = tmp_path / "pairwise.yaml"
+    path.write_text(PAIRWISE)
+    judge = load_judge(
+        JudgeConfig(model=str(pairwise_judge_dir), judge_template=str(path), score_mode="sample", max_new_tokens=8)
+    )
+    assert (judge.identity.kind, judge.identity.reads_rubric) == ("pairwise", True)
+    better, split, unruled = judge.compare_batch(
+        [
+            ComparisonItem("Q", "It is 4. <good>", "It is 5. <bad>", "exact"),
+            ComparisonItem("Q", "It is 4. <good>", "Four. <good>", "exact"),  # A in both orders: by position
+            ComparisonItem("Q", "It is 4. <good>", "It is 5. <bad>"),
+        ]
+    )
+    assert (better.score, better.metadata["orders_agree"]) == (1.0, True)
+    assert (split.score, split.metadata["orders_agree"]) == (0.5, False)
+    assert unruled.score is None and "reads a rubric ({rubric})" in unruled.error
+    with_reference, without = judge.score_batch(
+        [JudgeItem("Q", "It is 5. <bad>", answer="It is 4. <good>", rubric="exact"), JudgeItem("Q", "4", rubric="x")]
+    )
+    assert with_reference.score == 0.0 and "reference `answer`" in without.error
+    with start_server(
+        ["--model", str(pairwise_judge_dir), "--judge-template", str(path), "--score-mode", "sample"],
+        tmp_path / "server.log",
+    ) as server:
+        body = {"prompt": "Q", "completions": ["a <bad>", "b <good>", "c <bad>"], "rubric": ["exact"]}
+        rewards = httpx.post(f"{server.url}/judge_group", json=body, timeout=60).json()["rewards"]
+        assert [reward["score"] for reward in rewards] == [0.25, 1.0, 0.25]  # bad vs bad: split by position
+        unread = httpx.post(f"{server.url}/compare", json={"prompt": "Q", "response_a": "a", "response_b": "b"})
+        assert unread.status_code == 422 and "rubric: this judge's template reads a rubric" in unread.text
 
 
 def test_a_template_for_a_judge_without_a_prompt_is_refused(tiny_scalar_judge_dir, template):

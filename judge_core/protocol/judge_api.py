@@ -78,6 +78,7 @@ class ComparisonItem:
     prompt: Conversation
     response_a: str
     response_b: str
+    rubric: str | None = None  # for a judge whose pairwise template reads one (serving's --judge-template)
 
 
 def scalar_text(value: Any, field: str) -> str | None:

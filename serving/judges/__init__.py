@@ -84,15 +84,14 @@ def _load_model_judge(config: JudgeConfig) -> Judge:
 def _template_judge(config: JudgeConfig, spec: JudgeSpec) -> Judge:
     from judge_core.judge_template import load_template
 
-    from .template import TemplateJudge
+    from .template import PairwiseTemplateJudge, TemplateJudge
 
-    if spec.prompt_format == "pairwise" or config.reference_from_answer:
+    if config.reference_from_answer:
         raise ValueError(
-            f"--judge-template is for pointwise generative judges; {config.model} is a pairwise judge"
-            if spec.prompt_format == "pairwise"
-            else "--judge-template shows the answer where its {answer} is; --reference-from-answer does not apply"
+            "--judge-template shows the answer where its {answer} is; --reference-from-answer does not apply"
         )
-    return TemplateJudge(config, load_template(config.judge_template))
+    template = load_template(config.judge_template)
+    return PairwiseTemplateJudge(config, template) if template.pairwise else TemplateJudge(config, template)
 
 
 def _check_reference_use(config: JudgeConfig, spec: JudgeSpec) -> None:

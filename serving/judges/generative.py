@@ -156,11 +156,7 @@ class GeneratingJudge(Judge):
     ) -> list[Verdict]:
         """`judge`'s verdicts for the items that carry a reference `answer`, in the items' order; the others
         fail with `missing`."""
-        with_answer = [i for i, item in enumerate(items) if item.answer]
-        verdicts = [Verdict.failed(missing) for _ in items]
-        for index, verdict in zip(with_answer, judge([items[i] for i in with_answer]), strict=True):
-            verdicts[index] = verdict
-        return verdicts
+        return judged_unless_refused(items, judge, lambda item: None if item.answer else missing)
 
     def _failed(self, generation: Generation, error: str) -> Verdict:
         return Verdict.failed(
@@ -218,6 +214,17 @@ class GenerativeJudge(GeneratingJudge):
             "score_mass": answer.mass,
         }
         return Verdict(score, answer.reasoning, {**metadata, **expected})
+
+
+def judged_unless_refused(items: Sequence, judge: Callable[[list], list[Verdict]], refusal: Callable) -> list[Verdict]:
+    """`judge`'s verdicts for the items `refusal` finds nothing wrong with, in the items' order; the others fail
+    with what `refusal` says."""
+    reasons = [refusal(item) for item in items]
+    accepted = [i for i, reason in enumerate(reasons) if reason is None]
+    verdicts = [Verdict.failed(reason) if reason else None for reason in reasons]
+    for index, verdict in zip(accepted, judge([items[i] for i in accepted]) if accepted else [], strict=True):
+        verdicts[index] = verdict
+    return verdicts
 
 
 def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:

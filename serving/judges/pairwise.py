@@ -24,7 +24,7 @@ NO_REFERENCE = "a pairwise judge compares the completion with the reference `ans
 # The letter of the first response of a comparison in each order: A in the first order, B in the second.
 FIRST_RESPONSE_LETTERS = ("A", "B")
 
-Comparison = tuple[templates.Conversation, str, str]  # (prompt, first response, second response)
+Comparison = tuple[templates.Conversation, str, str, str | None]  # (prompt, first response, second response, rubric)
 
 
 class PairwiseJudge(GeneratingJudge):
@@ -42,7 +42,19 @@ class PairwiseJudge(GeneratingJudge):
 
     def conversations(self, items: Sequence[JudgeItem]) -> list[list[dict]]:
         """Two judge prompts per item, its completion first as A and then as B against its reference `answer`."""
-        return _in_both_orders([(item.prompt, item.completion, item.answer) for item in items], self._ties)
+        return self._in_both_orders([(item.prompt, item.completion, item.answer, item.rubric) for item in items])
+
+    def pair_messages(self, prompt: templates.Conversation, response_a: str, response_b: str, rubric: str | None):
+        """The judge prompt that shows response_a as A and response_b as B."""
+        return templates.pairwise_messages(prompt, response_a, response_b, self._ties)
+
+    def _in_both_orders(self, comparisons: Sequence[Comparison]) -> list[list[dict]]:
+        """Each comparison's two judge prompts: its first response as A, then as B."""
+        conversations = []
+        for prompt, first, second, rubric in comparisons:
+            conversations += [self.pair_messages(prompt, first, second, rubric)]
+            conversations += [self.pair_messages(prompt, second, first, rubric)]
+        return conversations
 
     def read_generations(self, items: Sequence[JudgeItem], results: Sequence) -> list[Verdict]:
         names = ("completion", "reference")
@@ -50,12 +62,12 @@ class PairwiseJudge(GeneratingJudge):
 
     def compare_batch(self, items: Sequence[ComparisonItem]) -> list[Verdict]:
         """The probability that each response_a is better than its response_b."""
-        comparisons = [(item.prompt, item.response_a, item.response_b) for item in items]
+        comparisons = [(item.prompt, item.response_a, item.response_b, item.rubric) for item in items]
         return self._compare(comparisons, ("response_a", "response_b"))
 
     def _compare(self, comparisons: Sequence[Comparison], names: tuple[str, str]) -> list[Verdict]:
         """One verdict per comparison, named `names` (first response, second response) in the metadata."""
-        results = self._generate(_in_both_orders(comparisons, self._ties))
+        results = self._generate(self._in_both_orders(comparisons))
         return [self._verdict(results[2 * i : 2 * i + 2], names) for i in range(len(comparisons))]
 
     def _verdict(self, orders: list, names: tuple[str, str]) -> Verdict:
@@ -81,15 +93,6 @@ class PairwiseJudge(GeneratingJudge):
 
     def _parse(self, text: str) -> templates.Judgement:
         return templates.parse_pairwise(text, self._verdicts)
-
-
-def _in_both_orders(comparisons: Sequence[Comparison], ties: bool) -> list[list[dict]]:
-    """Each comparison's two judge prompts: its first response as A, then as B."""
-    conversations = []
-    for prompt, first, second in comparisons:
-        conversations += [templates.pairwise_messages(prompt, first, second, ties)]
-        conversations += [templates.pairwise_messages(prompt, second, first, ties)]
-    return conversations
 
 
 def _named(verdict: str, letter: str, names: tuple[str, str]) -> str:
