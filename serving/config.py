@@ -36,6 +36,13 @@ class ServingConfig:
         200_000, "longest prompt, completion, message content or answer in characters; a longer one is an item error"
     )
     max_body_bytes: int = option(64 * 1024 * 1024, "largest request body in bytes")
+    max_images: int = option(8, "most images in one request's prompt; more: 413")
+    max_image_bytes: int = option(8 * 1024 * 1024, "largest image in bytes, decoded from its data URL; larger: 413")
+    drop_images: bool = option(
+        False,
+        "a judge that reads no images judges an image-carrying prompt by its text alone, the response's metadata "
+        "saying how many images it dropped (images_dropped); without this flag such a request is refused (422)",
+    )
     api_key: str | None = option(
         None,
         f"when set, every route but /health needs `Authorization: Bearer <key>`; default: env {API_KEY_ENV}",
@@ -50,7 +57,8 @@ class ServingConfig:
         require(self.batch_timeout >= 0, "batch_timeout must be >= 0")
         require(self.openrlhf_group_size == 0 or self.openrlhf_group_size >= 2, "openrlhf_group_size: 0 or >= 2")
         require(self.openrlhf_group_window_s > 0, "openrlhf_group_window_s must be positive")
-        for name in ("max_queue_size", "max_batch_requests", "max_group_size", "max_text_chars", "max_body_bytes"):
+        limits = ("max_queue_size", "max_batch_requests", "max_group_size", "max_text_chars", "max_body_bytes")
+        for name in (*limits, "max_images", "max_image_bytes"):
             require(getattr(self, name) > 0, f"{name} must be positive")
 
 

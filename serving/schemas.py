@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from judge_core.protocol import content
 from judge_core.protocol.chat_markup import RolloutTextError, split_rollout
 from judge_core.protocol.judge_api import answer_text, rubric_text, scalar_text
 
@@ -43,9 +44,34 @@ RequestIdText = Annotated[
 ]
 
 
+def _data_url(url: str) -> str:
+    content.image_bytes(url, "url")
+    return url
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: Text
+
+
+class ImageURL(BaseModel):
+    url: Annotated[str, AfterValidator(_data_url)] = Field(description="data:image/{png,jpeg,gif,webp};base64,...")
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: Text
+    content: Text | Annotated[list[ContentPart], Field(min_length=1)] = Field(
+        description="text, or OpenAI-style content parts: text, and images as data URLs"
+    )
 
 
 Prompt = Text | Annotated[list[ChatMessage], Field(min_length=1)]
@@ -81,11 +107,18 @@ def _named_prompt(prompt: str | list[ChatMessage]) -> dict[str, str]:
     """The prompt's texts, named for error messages."""
     if isinstance(prompt, str):
         return {"prompt": prompt}
-    return {f"prompt[{i}].content": m.content for i, m in enumerate(prompt)}
+    named = {}
+    for i, message in enumerate(prompt):
+        if isinstance(message.content, str):
+            named[f"prompt[{i}].content"] = message.content
+        else:
+            parts = enumerate(message.content)
+            named.update({f"prompt[{i}].content[{j}].text": p.text for j, p in parts if isinstance(p, TextPart)})
+    return named
 
 
 def _prompt_value(prompt: str | list[ChatMessage]):
-    return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
+    return prompt if isinstance(prompt, str) else [m.model_dump(exclude_none=True) for m in prompt]
 
 
 class JudgeRequest(BaseModel):
@@ -109,6 +142,10 @@ class JudgeRequest(BaseModel):
         named = {"completion": self.completion, "answer": self.answer or "", "rubric": self.rubric or ""}
         return {**named, **_named_prompt(self.prompt)}
 
+    def conversation(self):
+        """The prompt as the judges take it (text, or chat messages as dicts)."""
+        return _prompt_value(self.prompt)
+
     def item(self) -> JudgeItem:
         return JudgeItem(
             prompt=_prompt_value(self.prompt),
@@ -129,6 +166,10 @@ class CompareRequest(BaseModel):
     def texts(self) -> dict[str, str]:
         """Every free text of the request, named for error messages."""
         return {"response_a": self.response_a, "response_b": self.response_b, **_named_prompt(self.prompt)}
+
+    def conversation(self):
+        """The prompt as the judges take it (text, or chat messages as dicts)."""
+        return _prompt_value(self.prompt)
 
     def item(self) -> ComparisonItem:
         return ComparisonItem(_prompt_value(self.prompt), self.response_a, self.response_b, self.rubric)
@@ -258,6 +299,9 @@ class HealthResponse(BaseModel):
         False,
         description="whether a request's `answer` reaches the judge (a reference, the response compared with, a "
         "rule's ground truth); false: it is ignored",
+    )
+    reads_images: bool = Field(
+        False, description="whether the judge reads a prompt's images; false: refused, or dropped (--drop-images)"
     )
     reads_rubric: bool = Field(
         False,

@@ -6,12 +6,15 @@ handlers, one module per concern: serving_judge (/judge, /batch_judge), serving_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 from fastapi import HTTPException, Request
+
+from judge_core.protocol import content
 
 from .batching import BatcherStopped, QueueFull
 from .config import ServingConfig
@@ -60,19 +63,58 @@ class ServingHandler:
         started = time.perf_counter()
         request_ids = [r.request_id if r.request_id is not None else uuid.uuid4().hex for r in requests]
         refusals = [text_size_error(r, self.config.max_text_chars) for r in requests]
-        accepted = [r.item() for r, refusal in zip(requests, refusals, strict=True) if refusal is None]
+        prompts, dropped = zip(*(self.readable_prompt(r.conversation()) for r in requests), strict=True)
+        items = [dataclasses.replace(r.item(), prompt=prompt) for r, prompt in zip(requests, prompts, strict=True)]
+        accepted = [item for item, refusal in zip(items, refusals, strict=True) if refusal is None]
         answered = await judged_unless_client_leaves(http_request, run(accepted)) if accepted else []
         in_order = iter(answered)
         verdicts = [Verdict.failed(refusal) if refusal else next(in_order) for refusal in refusals]
         self.metrics.count_verdicts(verdicts, comparisons=response_type is CompareResponse)
         common = {"latency": time.perf_counter() - started, **self.judge_metadata()}
-        return [response_type.of(v, request_id, common) for v, request_id in zip(verdicts, request_ids, strict=True)]
+        return [
+            response_type.of(v, request_id, {**common, **dropped_metadata(images)})
+            for v, request_id, images in zip(verdicts, request_ids, dropped, strict=True)
+        ]
+
+    def readable_prompt(self, prompt):
+        """The prompt as the judge reads it, and how many images it lost: all of them for a judge that reads none
+        (requests carrying images reach here only with --drop-images: check_content refuses them otherwise)."""
+        if self.service.identity.reads_images or isinstance(prompt, str):
+            return prompt, 0
+        messages, dropped = content.without_images(prompt)
+        return (messages, dropped) if dropped else (prompt, 0)
 
     def judge_metadata(self) -> dict[str, str]:
         """Which judge answered, as each response's metadata says."""
         return {"judge": self.service.identity.kind, "model_id": self.service.identity.model_id}
 
-    def check_rubrics(self, requests: Sequence, field: str = "") -> None:
+    def check_content(self, requests: Sequence, field: str = "") -> None:
+        """What every judging route checks of its requests' content: their images, then their rubrics."""
+        for index, request in enumerate(requests):
+            self._check_images(request, f"{field}[{index}]." if field else "")
+        self._check_rubrics(requests, field)
+
+    def _check_images(self, request, name: str) -> None:
+        """413 past --max-images or --max-image-bytes; 422 for an image a judge that reads none would not see."""
+        prompt = request.conversation()
+        images = [] if isinstance(prompt, str) else list(content.image_urls(prompt))
+        limit = self.config.max_images
+        if len(images) > limit:
+            raise HTTPException(413, f"{name}prompt has {len(images)} images; the limit is {limit} (--max-images)")
+        for where, url in images:
+            size, limit = len(content.image_bytes(url, where)), self.config.max_image_bytes
+            if size > limit:
+                raise HTTPException(
+                    413, f"{name}prompt{where} is an image of {size} bytes; the limit is {limit} (--max-image-bytes)"
+                )
+        if images and not (self.service.identity.reads_images or self.config.drop_images):
+            raise HTTPException(
+                422,
+                f"{name}prompt{images[0][0]}: this judge reads no images (serve it with --drop-images to judge the "
+                "text alone)",
+            )
+
+    def _check_rubrics(self, requests: Sequence, field: str = "") -> None:
         """422 naming the field of each request whose rubric the judge needs and lacks, or cannot read."""
         reads = self.service.identity.reads_rubric
         problems = [
@@ -101,6 +143,10 @@ class ServingHandler:
         if not self.service.can_compare:
             kind = self.service.identity.kind
             raise HTTPException(400, f"{path} needs {COMPARING_JUDGES}; this server hosts a {kind} judge")
+
+
+def dropped_metadata(images: int) -> dict[str, int]:
+    return {"images_dropped": images} if images else {}
 
 
 def text_size_error(request: JudgeRequest | CompareRequest | GroupJudgeRequest, max_chars: int) -> str | None:

@@ -13,14 +13,15 @@ from fastapi import HTTPException, Request
 from .group_rewards import CompletionReward, group_rewards, pair_schedule, position_consistency
 from .judges import ComparisonItem, Verdict
 from .schemas import GroupJudgeRequest, GroupJudgeResponse, GroupReward
-from .serving_base import ServingHandler, judged_unless_client_leaves, text_size_error
+from .serving_base import ServingHandler, dropped_metadata, judged_unless_client_leaves, text_size_error
 
 
 class GroupHandler(ServingHandler):
     async def judge_group(self, request: GroupJudgeRequest, http_request: Request) -> GroupJudgeResponse:
         pairs = self._pairs_to_compare(request)
         started = time.perf_counter()
-        judging = self.compare_group(request.conversation(), request.completions, pairs, request.rubric)
+        prompt, dropped = self.readable_prompt(request.conversation())
+        judging = self.compare_group(prompt, request.completions, pairs, request.rubric)
         verdicts = await judged_unless_client_leaves(http_request, judging)
         rewards = group_rewards(len(request.completions), pairs, verdicts)
         return GroupJudgeResponse(
@@ -32,6 +33,7 @@ class GroupHandler(ServingHandler):
                 "latency": time.perf_counter() - started,
                 **self.judge_metadata(),
                 "position_consistency": position_consistency(verdicts),
+                **dropped_metadata(dropped),
             },
         )
 
@@ -52,7 +54,7 @@ class GroupHandler(ServingHandler):
     def _pairs_to_compare(self, request: GroupJudgeRequest) -> list[tuple[int, int]]:
         """The request's schedule of comparisons, once it is within the server's limits (otherwise 400, 413, 422)."""
         self.check_can_compare("/judge_group")
-        self.check_rubrics([request])
+        self.check_content([request])
         size, limit = len(request.completions), self.config.max_group_size
         if size > limit:
             raise HTTPException(413, f"{size} completions in one group; the limit is {limit}")

@@ -31,6 +31,7 @@ class HealthHandler(ServingHandler):
             scoring=identity.scoring,
             tokenization=identity.tokenization,
             reads_answer=identity.reads_answer,
+            reads_images=identity.reads_images,
             reads_rubric=identity.reads_rubric,
             queue_depth=self.service.queue_depth,
             max_batch_size=self.config.max_batch_size,

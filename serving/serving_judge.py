@@ -10,12 +10,12 @@ from .serving_base import ServingHandler
 
 class JudgeHandler(ServingHandler):
     async def judge(self, request: JudgeRequest, http_request: Request) -> JudgeResponse:
-        self.check_rubrics([request])
+        self.check_content([request])
         return (await self.answer(http_request, [request], self.service.judge, JudgeResponse))[0]
 
     async def batch_judge(self, batch: BatchJudgeRequest, http_request: Request) -> BatchJudgeResponse:
         self.check_batch(batch.requests)
-        self.check_rubrics(batch.requests, "requests")
+        self.check_content(batch.requests, "requests")
         return BatchJudgeResponse(
             responses=await self.answer(http_request, batch.requests, self.service.judge, JudgeResponse)
         )

@@ -46,7 +46,7 @@ class OpenRLHFHandler(ServingHandler):
         if refusals:
             log.warning("%s refused: %s", OPENRLHF_PATH, "; ".join(refusals))
             raise HTTPException(422, refusals)
-        self.check_rubrics(requests, "labels")
+        self.check_content(requests, "labels")
         if self._gatherer is not None:
             return await self._gathered_rewards(requests)
         return await self._judged_rewards(requests, http_request)

@@ -12,6 +12,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import content
 from .templates import Conversation, as_messages
 
 BODY_EXCERPT_CHARS = 200
@@ -20,8 +21,8 @@ BODY_EXCERPT_CHARS = 200
 def prompt_key(prompt: Conversation) -> str:
     """A prompt's identity, the same for equal conversations (a text prompt is its one user turn), on the client
     and on the server alike: what gathers a GRPO group's completions, keeps the items that share a prompt together
-    in a batch (the scalar judge computes it once), and keys the client's cache."""
-    return json.dumps(as_messages(prompt), ensure_ascii=False, sort_keys=True)
+    in a batch (the scalar judge computes it once), and keys the client's cache. An image counts by its digest."""
+    return json.dumps(content.keyed(as_messages(prompt)), ensure_ascii=False, sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-Message = dict  # {"role": str, "content": str}
+from . import content
+
+Message = dict  # {"role": str, "content": str, or a list of content parts (content.py)}
 Conversation = str | Sequence[Message]
 
 MIN_SCORE = 0
@@ -68,13 +70,18 @@ PAIRWISE_TIE_ANSWER_FORMAT = (
 
 
 def as_messages(prompt: Conversation) -> list[Message]:
-    """A prompt given as plain text or as a message list, as a message list."""
+    """A prompt given as plain text or as a message list, as a message list (content parts checked)."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
     messages = [dict(m) for m in prompt]
     for i, message in enumerate(messages):
-        if message.get("role") not in _ROLE_NAMES or not isinstance(message.get("content"), str):
-            raise ValueError(f"message {i} needs a role in {sorted(_ROLE_NAMES)} and a string content: {message!r}")
+        text = message.get("content")
+        if message.get("role") not in _ROLE_NAMES or not isinstance(text, str | list):
+            raise ValueError(
+                f"message {i} needs a role in {sorted(_ROLE_NAMES)} and a content, text or parts: {message!r}"
+            )
+        if content.is_parts(text):
+            content.check_parts(text, f"message {i} content")
     return messages
 
 
@@ -92,8 +99,11 @@ def conversation_token_ids(tokenizer, conversations: Sequence[Sequence[Message]]
 
 
 def render_transcript(messages: Sequence[Message]) -> str:
-    """Messages as a readable transcript embedded in a judge prompt."""
-    return "\n\n".join(f"[{_ROLE_NAMES[m['role']]}]\n{m['content']}" for m in messages)
+    """Messages as a readable transcript embedded in a judge prompt. A judge that reads text only is never given
+    an image: ValueError naming it (the server refuses such a request, or drops its images, before)."""
+    for where, _ in content.image_urls(messages):
+        raise ValueError(f"message{where} is an image, and this judge reads text only")
+    return "\n\n".join(f"[{_ROLE_NAMES[m['role']]}]\n{content.text_of(m['content'])}" for m in messages)
 
 
 def shows_reference(messages: Sequence[Message]) -> bool:

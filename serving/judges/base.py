@@ -41,6 +41,7 @@ class JudgeIdentity:
     tokenization: str = ""  # how the judge input is tokenized, its BOS included
     reads_answer: bool = False  # whether a request's `answer` reaches the judge; when False it is ignored
     reads_rubric: bool = False  # whether every request must carry a `rubric`, which reaches the judge; else refused
+    reads_images: bool = False  # whether a prompt's images reach the judge; else refused, or dropped (--drop-images)
 
 
 class ComparisonUnsupported(ValueError):

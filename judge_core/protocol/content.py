@@ -1,0 +1,102 @@
+"""Chat message content as OpenAI's API writes it: a message's `content` is text, or a list of parts,
+`{"type": "text", "text": ...}` and `{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`.
+
+Images travel inline, as data URLs: a judge server fetches nothing. Everything that keys on a prompt (the client's
+cache, a GRPO group, the server's batches) keys on each image's SHA-256 digest instead of its bytes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+TEXT, IMAGE = "text", "image_url"
+IMAGE_TYPES = ("png", "jpeg", "jpg", "gif", "webp")
+_DATA_URL = re.compile(r"data:image/([a-z]+);base64,(.*)", re.DOTALL)
+
+
+class ContentError(ValueError):
+    """A content part that cannot be read; the message names where it is."""
+
+
+def is_parts(content: Any) -> bool:
+    return isinstance(content, list)
+
+
+def check_parts(parts: list, where: str) -> None:
+    """ContentError naming the first part that is neither a text part nor an image part with a data URL."""
+    if not parts:
+        raise ContentError(f"{where}: a list of content parts needs at least one part")
+    for index, part in enumerate(parts):
+        at = f"{where}[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == TEXT and isinstance(part.get("text"), str):
+            continue
+        if kind == IMAGE:
+            image_bytes(_image_url(part, at), f"{at}.image_url.url")
+            continue
+        raise ContentError(f'{at}: a content part is {{"type": "text", "text": ...}} or {{"type": "image_url", ...}}')
+
+
+def _image_url(part: dict, at: str) -> str:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str):
+        raise ContentError(f'{at}: an image part is {{"type": "image_url", "image_url": {{"url": "data:image/..."}}}}')
+    return url
+
+
+def image_bytes(url: str, where: str) -> bytes:
+    """The bytes of a `data:image/<type>;base64,...` URL; ContentError naming `where` for any other URL."""
+    match = _DATA_URL.fullmatch(url)
+    if match is None or match.group(1) not in IMAGE_TYPES:
+        shown = url[:40] + ("..." if len(url) > 40 else "")
+        kinds = ",".join(IMAGE_TYPES)
+        raise ContentError(
+            f"{where}: {shown!r} is not a data:image/{{{kinds}}};base64 URL (the judge fetches nothing: send it inline)"
+        )
+    try:
+        return base64.b64decode(match.group(2), validate=True)
+    except binascii.Error as err:
+        raise ContentError(f"{where}: the image's base64 does not decode: {err}") from None
+
+
+def image_urls(messages: Sequence[dict]) -> Iterator[tuple[str, str]]:
+    """(where, url) of every image part of the messages, in order."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if is_parts(content):
+            for j, part in enumerate(content):
+                if part.get("type") == IMAGE:
+                    yield f"[{i}].content[{j}]", part["image_url"]["url"]
+
+
+def image_digest(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def keyed(messages: Sequence[dict]) -> list[dict]:
+    """The messages with each image's URL replaced by its digest: what a key is computed from."""
+    return [
+        {**m, "content": [_keyed_part(p) for p in m["content"]]} if is_parts(m.get("content")) else m for m in messages
+    ]
+
+
+def _keyed_part(part: dict) -> dict:
+    return {"type": IMAGE, "sha256": image_digest(part["image_url"]["url"])} if part.get("type") == IMAGE else part
+
+
+def text_of(content: str | list) -> str:
+    """A content's text: the text itself, or its text parts joined by blank lines (images left out)."""
+    if not is_parts(content):
+        return content
+    return "\n\n".join(part["text"] for part in content if part.get("type") == TEXT)
+
+
+def without_images(messages: Sequence[dict]) -> tuple[list[dict], int]:
+    """The messages with their text only (each content's text parts joined), and how many images were dropped."""
+    dropped = sum(1 for _ in image_urls(messages))
+    return [{**m, "content": text_of(m["content"])} for m in messages], dropped
