@@ -18,10 +18,12 @@ environment variables (JUDGE_MODEL_URL, JUDGE_MODEL_API_KEY, JUDGE_MAX_BATCH_SIZ
 
 verl hands a reward function the response text and `reward_model.ground_truth`, not the prompt: the
 policy dataset must carry the prompt in `extra_info.question` (the user's text, or the list of
-{role, content} messages). `ground_truth` is sent as the reference answer (None when the row has
-none), `extra_info.answer_type` (optional) as its answer type and `extra_info.rubric` (optional: text or a list
-of criteria) as the rubric of a judge served with a template that reads one. Other extra_info keys (verl 0.9 adds
-num_turns and rollout_reward_scores) are not read.
+{role, content} messages; a content may be OpenAI-style parts with images as data URLs, which
+judge_core.protocol.content.with_images builds from a multimodal row's `<image>` text and `images`).
+`ground_truth` is sent as the reference answer (None when the row has none), `extra_info.answer_type` (optional)
+as its answer type and `extra_info.rubric` (optional: text or a list of criteria) as the rubric of a judge served
+with a template that reads one. Other extra_info keys (verl 0.9 adds num_turns and rollout_reward_scores) are not
+read.
 
 Group-relative pairwise rewards (a pairwise judge, no reference answer needed): `reward_kwargs.group_relative=true`
 (or JUDGE_GROUP_RELATIVE=true). compute_score_batch groups a step's samples by prompt (extra_info.question) and
@@ -126,9 +128,7 @@ def reward_system(judge_config: dict) -> JudgeRewardSystem:
 def _judge_item(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None, route_column: str | None = None
 ) -> dict:
-    question = (extra_info or {}).get(QUESTION_KEY)
-    if hasattr(question, "tolist"):  # a message list read from parquet arrives as a numpy array
-        question = question.tolist()
+    question = _plain((extra_info or {}).get(QUESTION_KEY))
     if not question:
         raise ValueError(
             f"judge reward: the row of data_source {data_source!r} has no extra_info.{QUESTION_KEY}. verl passes a "
@@ -147,6 +147,18 @@ def _judge_item(
     if route_column is None:
         return item
     return {**item, "data_source": _route(route_column, data_source, extra_info)}
+
+
+def _plain(value: Any) -> Any:
+    """A value read from parquet as JSON would hold it: a message list arrives as a numpy array, content parts as
+    arrays of dicts, each part with the other kinds' keys set to None (parquet stores one struct for them all)."""
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain(element) for element in value]
+    if isinstance(value, dict):
+        return {key: _plain(element) for key, element in value.items() if element is not None}
+    return value
 
 
 def _route(route_column: str | None, data_source: str, extra_info: dict | None) -> Any:

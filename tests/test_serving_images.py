@@ -90,3 +90,41 @@ def test_a_prompt_is_keyed_by_its_images_digests():
     key = json.loads(prompt_key(with_images(RED)))
     assert key[0]["content"][1] == {"type": "image_url", "sha256": image_digest(RED)} and RED not in red.key()
     assert red.request_body("r1")["prompt"][0]["content"][1]["image_url"]["url"] == RED  # the image itself is sent
+
+
+PNG = b"\x89PNG\r\n\x1a\n tiny image"
+
+
+def test_a_verl_multimodal_rows_images_reach_the_judge_through_parquet(tmp_path):
+    """verl's rows mark images with <image> in the prompt beside an `images` column; its reward function sees only
+    extra_info, so the row's question carries them as content parts, read back from parquet as verl reads it."""
+    import datasets
+    import numpy as np
+
+    from judge_core.protocol.content import with_images as parts_of
+    from judge_rewards import verl_reward
+    from tests.group_judge_server import GroupJudgeServer
+
+    row = {"prompt": "<image>How many sides has this shape?", "images": [{"bytes": PNG}]}
+    question = [{"role": "user", "content": parts_of(row["prompt"], row["images"])}]
+    datasets.Dataset.from_list([{"extra_info": {"question": question}}] * 2).to_parquet(tmp_path / "rows.parquet")
+    read = datasets.Dataset.from_parquet(str(tmp_path / "rows.parquet"))
+    extra_infos = [{"question": np.array(row["extra_info"]["question"], dtype=object)} for row in read]
+    server = GroupJudgeServer("longer")
+    try:
+        scores = verl_reward.compute_score_batch(
+            ["geo3k"] * 2,
+            ["Four.", "Three sides."],
+            [None, None],
+            extra_infos,
+            judge_url=server.url,
+            group_relative=True,
+        )
+    finally:
+        server.close()
+    assert [score["score"] for score in scores] == [0.0, 1.0]
+    (body,) = server.bodies
+    assert body["prompt"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}},
+        {"type": "text", "text": "How many sides has this shape?"},
+    ]

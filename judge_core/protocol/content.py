@@ -100,3 +100,36 @@ def without_images(messages: Sequence[dict]) -> tuple[list[dict], int]:
     """The messages with their text only (each content's text parts joined), and how many images were dropped."""
     dropped = sum(1 for _ in image_urls(messages))
     return [{**m, "content": text_of(m["content"])} for m in messages], dropped
+
+
+IMAGE_PLACEHOLDER = "<image>"  # verl's multimodal rows mark each image's place in the prompt text with it
+_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpeg"), (b"GIF8", "gif"))
+
+
+def data_url(image: bytes | dict) -> str:
+    """An image (its bytes, or a row's {"bytes": ...} as verl and HF datasets store it) as a data URL."""
+    payload = image.get("bytes") if isinstance(image, dict) else image
+    if not isinstance(payload, bytes | bytearray):
+        raise ContentError(f"an image is its bytes or {{'bytes': ...}}, got {type(image).__name__}")
+    kind = next((name for magic, name in _MAGIC if payload.startswith(magic)), None)
+    if kind is None and payload[:4] == b"RIFF" and payload[8:12] == b"WEBP":
+        kind = "webp"
+    if kind is None:
+        raise ContentError(f"an image's bytes are none of {IMAGE_TYPES}: they start {bytes(payload[:8])!r}")
+    return f"data:image/{kind};base64,{base64.b64encode(payload).decode()}"
+
+
+def with_images(text: str, images: Sequence[bytes | dict], placeholder: str = IMAGE_PLACEHOLDER) -> list[dict]:
+    """A prompt text whose `placeholder`s mark images (verl's multimodal rows: `<image>` in the prompt, the
+    `images` column beside it) as content parts, each image where its placeholder was."""
+    pieces = text.split(placeholder)
+    if len(pieces) - 1 != len(images):
+        marks = len(pieces) - 1
+        raise ContentError(f"the text has {marks} {placeholder} placeholders and the row {len(images)} images")
+    parts: list[dict] = []
+    for index, piece in enumerate(pieces):
+        if piece:
+            parts.append({"type": TEXT, "text": piece})
+        if index < len(images):
+            parts.append({"type": IMAGE, "image_url": {"url": data_url(images[index])}})
+    return parts
