@@ -67,6 +67,23 @@ def chatml_tokenizer(backend, model_max_length: int):
     )
 
 
+def tiny_llama_settings(tokenizer, hidden_size: int, num_layers: int, num_heads: int, tied: bool = True) -> dict:
+    """A tiny Llama's config for `tokenizer` (its vocabulary and special tokens); half as many key-value heads."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": hidden_size,
+        "intermediate_size": hidden_size * 2,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": max(1, num_heads // 2),
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": tied,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def build_tiny(
     out_dir: str | Path,
     seed: int = 0,
@@ -100,20 +117,7 @@ def build_tiny(
     tokenizer = chatml_tokenizer(bpe, model_max_length=4096)
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
-    )
+    config = LlamaConfig(**tiny_llama_settings(tokenizer, hidden_size, num_layers, num_heads), torch_dtype="float32")
     _save(
         LlamaForCausalLM(config),
         tokenizer,

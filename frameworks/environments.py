@@ -92,6 +92,7 @@ ENVIRONMENTS = (
             "tests/frameworks/test_vllm_reward_models.py",
             "tests/frameworks/test_vllm_sampling.py",
             "tests/frameworks/test_openai_backend.py",
+            "tests/frameworks/test_vllm_vlm.py",
         ),
         # PyPI's builds of these, which vLLM requires, are made for the CUDA torch: importing vLLM with them fails
         # (`operator torchvision::nms does not exist`). Text judges need none of them.

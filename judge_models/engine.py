@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 # vLLM logs to stdout unless told otherwise, where this project's commands print their reports and results.
@@ -50,6 +52,12 @@ def import_vllm():
     return importlib.import_module("vllm")
 
 
+def is_vision_model(model_dir: str) -> bool:
+    """Whether the model reads images: its config has a vision tower (a vision-language model)."""
+    config = Path(model_dir) / "config.json"
+    return config.is_file() and "vision_config" in json.loads(config.read_text())
+
+
 class BackendUnavailable(RuntimeError):
     """The chosen inference engine cannot run on this machine."""
 
@@ -87,6 +95,20 @@ class GenerationFailure:
     error: str
 
 
+Images = Sequence[Sequence[bytes]]  # per prompt, the images (encoded bytes) its image tokens stand for, in order
+MAX_IMAGES_PER_PROMPT = 8  # what an in-process vision engine is set up for (vLLM reserves room for them)
+
+
+def pil_images(images: Sequence[bytes]) -> list:
+    """Encoded images as the RGB PIL images the engines' processors take."""
+    import io
+
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(image)).convert("RGB") for image in images]
+
+
 class Generator(Protocol):
-    def generate(self, prompts: list[list[int]]) -> list[Generation | GenerationFailure]:
-        """One generation per prompt (token ids), in order; an in-process engine never fails one alone."""
+    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation | GenerationFailure]:
+        """One generation per prompt (token ids), in order; an in-process engine never fails one alone. A vision
+        model's prompt holds one image token per image of `images` (the engine expands it)."""

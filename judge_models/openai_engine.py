@@ -32,7 +32,7 @@ from judge_core.protocol import http_retry
 from judge_core.protocol.judge_api import excerpt
 
 from .config import JudgeConfig
-from .engine import BackendUnavailable, Generation, GenerationFailure
+from .engine import BackendUnavailable, Generation, GenerationFailure, Images
 
 TOP_LOGPROBS = 20  # the in-process vLLM backend's, and vLLM's default --max-logprobs
 TOKEN_ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
@@ -54,7 +54,9 @@ class OpenAIGenerator:
         self._client = self._run(_client(config, config.openai_timeout))
         self._limit = asyncio.Semaphore(config.openai_max_concurrency)
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation | GenerationFailure]:
+    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation | GenerationFailure]:
+        if any(images or ()):  # load_judge refuses a vision judge on this backend; nothing else has images
+            raise ValueError("the engine's /completions takes token ids, no images")
         return self._run(self._generate_all(prompts))
 
     def _run(self, coroutine: Coroutine) -> Any:

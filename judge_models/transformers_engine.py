@@ -12,7 +12,7 @@ import torch
 
 from . import packing
 from .config import JudgeConfig
-from .engine import Generation
+from .engine import Generation, Images, is_vision_model, pil_images
 from .padding import length_groups
 from .scalar_model import prompt_once_outputs, sequence_outputs
 
@@ -79,15 +79,18 @@ class TransformersGenerator:
 
     def __init__(self, config: JudgeConfig, tokenizer, candidate_ids: Sequence[int] = ()):
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
         self._torch = torch
         self._config = config
         self._tokenizer = tokenizer
         self._candidate_ids = list(candidate_ids)
         self._device = resolve_device(config.device)
+        vision = is_vision_model(config.model)
+        model_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        self._processor = AutoProcessor.from_pretrained(config.model) if vision else None
         self._model = (
-            AutoModelForCausalLM.from_pretrained(config.model, torch_dtype=resolve_dtype(config.dtype, self._device))
+            model_class.from_pretrained(config.model, torch_dtype=resolve_dtype(config.dtype, self._device))
             .to(self._device)
             .eval()
         )
@@ -95,7 +98,26 @@ class TransformersGenerator:
         self._prompt_once = not config.no_prompt_once
         torch.manual_seed(config.seed)
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation]:
+        shown = [i for i, prompt_images in enumerate(images or ()) if prompt_images]
+        if not shown:
+            return self._generate_text(prompts)
+        results = [self._generate_with_images(prompts[i], images[i]) for i in shown]
+        text_only = [i for i in range(len(prompts)) if i not in set(shown)]
+        results += self._generate_text([prompts[i] for i in text_only])
+        by_index = dict(zip(shown + text_only, results, strict=True))
+        return [by_index[i] for i in range(len(prompts))]
+
+    def _generate_with_images(self, prompt: list[int], images: Sequence[bytes]) -> Generation:
+        """One prompt with images, alone: the processor expands each image token to the image's tokens and
+        computes its pixels, from the prompt's text (one image token per image, as the chat template wrote it)."""
+        text = self._tokenizer.decode(prompt, skip_special_tokens=False)
+        inputs = self._processor(
+            text=[text], images=[pil_images(images)], return_tensors="pt", add_special_tokens=False
+        ).to(self._device)
+        return self._generate_batch(inputs.pop("input_ids"), inputs.pop("attention_mask"), **inputs)[0]
+
+    def _generate_text(self, prompts: list[list[int]]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
         each_alone = [[index] for index in range(len(prompts))]
         groups = packing.prefix_groups(prompts, MIN_SHARED_PREFIX_TOKENS) if self._prompt_once else each_alone
@@ -150,9 +172,10 @@ class TransformersGenerator:
             )
         return output.past_key_values
 
-    def _generate_batch(self, input_ids, attention_mask, cache=None) -> list[Generation]:
-        """Generations of a left-padded batch; with `cache`, the model's cache of its first tokens."""
-        arguments = {} if cache is None else {"past_key_values": cache}
+    def _generate_batch(self, input_ids, attention_mask, cache=None, **model_inputs) -> list[Generation]:
+        """Generations of a left-padded batch; with `cache`, the model's cache of its first tokens; `model_inputs`:
+        a vision model's pixels."""
+        arguments = model_inputs if cache is None else {"past_key_values": cache, **model_inputs}
         with self._torch.inference_mode(), CandidateRecorder(self._model, self._candidate_ids) as recorder:
             output = self._model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, **arguments, **self._sampling_arguments()

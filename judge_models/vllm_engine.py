@@ -52,7 +52,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .config import JudgeConfig
-from .engine import BackendUnavailable, Generation, import_vllm
+from .engine import (
+    MAX_IMAGES_PER_PROMPT,
+    BackendUnavailable,
+    Generation,
+    Images,
+    import_vllm,
+    is_vision_model,
+    pil_images,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +149,13 @@ def _environment(added: dict[str, str]):
 
 def default_max_model_len(config: JudgeConfig, generated_tokens: int) -> int:
     """--max-input-tokens plus the tokens a judgement may generate, but no more than the model's positions
-    (config.json's max_position_embeddings), which vLLM refuses to exceed: a generation that reaches them stops
-    there, as one that reaches --max-new-tokens does."""
+    (config.json's max_position_embeddings, or its text_config's), which vLLM refuses to exceed: a generation that
+    reaches them stops there, as one that reaches --max-new-tokens does."""
     wanted = config.max_input_tokens + generated_tokens
     model_config = Path(config.model) / "config.json"
-    positions = json.loads(model_config.read_text()).get("max_position_embeddings") if model_config.is_file() else None
+    settings = json.loads(model_config.read_text()) if model_config.is_file() else {}
+    text_settings = settings.get("text_config") or {}  # a vision-language model's language model
+    positions = settings.get("max_position_embeddings", text_settings.get("max_position_embeddings"))
     if isinstance(positions, int) and positions < wanted:
         log.info("max_model_len %d: the model's max_position_embeddings, below %d", positions, wanted)
         return positions
@@ -168,12 +178,19 @@ def engine(config: JudgeConfig, runner: str, generated_tokens: int):
             tensor_parallel_size=config.tensor_parallel_size,
             max_model_len=config.max_model_len or default_max_model_len(config, generated_tokens),
             enforce_eager=config.enforce_eager,
+            **({"limit_mm_per_prompt": {"image": MAX_IMAGES_PER_PROMPT}} if is_vision_model(config.model) else {}),
             **settings,
         )
 
 
-def _token_prompts(prompts: Sequence[Sequence[int]]) -> list[dict]:
-    return [{"prompt_token_ids": list(ids)} for ids in prompts]
+def _token_prompts(prompts: Sequence[Sequence[int]], images: Images | None = None) -> list[dict]:
+    """vLLM's prompts; with images, each prompt's (one image token each: vLLM expands them) as its multimodal data."""
+    if not images:
+        return [{"prompt_token_ids": list(ids)} for ids in prompts]
+    return [
+        {"prompt_token_ids": list(ids), **({"multi_modal_data": {"image": pil_images(shown)}} if shown else {})}
+        for ids, shown in zip(prompts, images, strict=True)
+    ]
 
 
 class VllmScalarEngine:
@@ -208,10 +225,10 @@ class VllmGenerator:
             logprobs=TOP_LOGPROBS if self._candidate_ids else None,
         )
 
-    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation]:
         if not prompts:
             return []
-        outputs = self._llm.generate(_token_prompts(prompts), self._sampling, use_tqdm=False)
+        outputs = self._llm.generate(_token_prompts(prompts, images), self._sampling, use_tqdm=False)
         return [generation_from_vllm(output.outputs[0], self._candidate_ids) for output in outputs]
 
 

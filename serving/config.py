@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from judge_core.settings import option, require
+from judge_models.engine import MAX_IMAGES_PER_PROMPT
 
 API_KEY_ENV = "JUDGE_SERVER_API_KEY"
 
@@ -36,7 +37,7 @@ class ServingConfig:
         200_000, "longest prompt, completion, message content or answer in characters; a longer one is an item error"
     )
     max_body_bytes: int = option(64 * 1024 * 1024, "largest request body in bytes")
-    max_images: int = option(8, "most images in one request's prompt; more: 413")
+    max_images: int = option(MAX_IMAGES_PER_PROMPT, "most images in one request's prompt; more: 413")
     max_image_bytes: int = option(8 * 1024 * 1024, "largest image in bytes, decoded from its data URL; larger: 413")
     drop_images: bool = option(
         False,

@@ -63,7 +63,7 @@ RUNNABLE_KINDS = ("shell", "python")
 def tracked_readmes() -> list[str]:
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "README.md", "**/README.md"]
-        + ["experiments/*/LOG.md"],
+        + ["experiments/*/LOG.md", "serving/API.md"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -528,11 +528,11 @@ RUN: dict[tuple[str, str], Run | str] = {
     ("experiments/evaluation/LOG.md", "$ python -m data_prep offline --out offline"): Run(),
     ("judge_rewards/README.md", "export JUDGE_MODEL_URL="): Run(),
     ("judge_rewards/README.md", REWARD_SYSTEM): Run(judge="rule", given=NO_REWARD_CONFIG, varying=("request_id",)),
-    ("serving/README.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
-    ("serving/README.md", "$ curl -s localhost:8888/batch_judge"): Run(judge="rule", responses="values"),
-    ("serving/README.md", "$ curl -s localhost:8888/compare"): Run(judge="scalar", responses="keys"),
-    ("serving/README.md", "$ curl -s localhost:8888/judge_group"): Run(judge="scalar", responses="keys"),
-    ("serving/README.md", "$ curl -s localhost:8888/health"): Run(judge="scalar", responses="keys"),
+    ("serving/API.md", SCALAR_JUDGE_REQUEST): Run(judge="scalar", responses="keys"),
+    ("serving/API.md", "$ curl -s localhost:8888/batch_judge"): Run(judge="rule", responses="values"),
+    ("serving/API.md", "$ curl -s localhost:8888/compare"): Run(judge="scalar", responses="keys"),
+    ("serving/API.md", "$ curl -s localhost:8888/judge_group"): Run(judge="scalar", responses="keys"),
+    ("serving/API.md", "$ curl -s localhost:8888/health"): Run(judge="scalar", responses="keys"),
     ("serving/README.md", "python -m serving.ray_serve --model checkpoints/bt_judge --replicas 2"): Run(
         links=(("checkpoints/bt_judge", "scalar"),)
     ),

@@ -133,3 +133,30 @@ def with_images(text: str, images: Sequence[bytes | dict], placeholder: str = IM
         if index < len(images):
             parts.append({"type": IMAGE, "image_url": {"url": data_url(images[index])}})
     return parts
+
+
+def marked(messages: Sequence[dict]) -> tuple[list[dict], list[str]]:
+    """The messages with each image part replaced by the text `[image k]` (k from 1), and the images' URLs in that
+    order: a judge's prompt template renders the text, and the images go beside it (`attach`)."""
+    urls: list[str] = []
+    shown = []
+    for message in messages:
+        if not is_parts(message.get("content")):
+            shown.append(message)
+            continue
+        parts = []
+        for part in message["content"]:
+            if part.get("type") == IMAGE:
+                urls.append(part["image_url"]["url"])
+                part = {"type": TEXT, "text": f"[image {len(urls)}]"}
+            parts.append(part)
+        shown.append({**message, "content": text_of(parts)})
+    return shown, urls
+
+
+def attach(messages: Sequence[dict], urls: Sequence[str]) -> list[dict]:
+    """A judge's messages with the images placed before the text of its last user message, in their order."""
+    last = max(i for i, message in enumerate(messages) if message["role"] == "user")
+    images = [{"type": IMAGE, "image_url": {"url": url}} for url in urls]
+    attached = {**messages[last], "content": [*images, {"type": TEXT, "text": text_of(messages[last]["content"])}]}
+    return [*messages[:last], attached, *messages[last + 1 :]]

@@ -16,9 +16,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from judge_core.protocol import templates
+from judge_core.protocol import content, templates
 from judge_models.config import JudgeConfig
-from judge_models.engine import Generation, GenerationFailure, Generator
+from judge_models.engine import Generation, GenerationFailure, Generator, is_vision_model
 
 from . import hf
 from .base import Judge, JudgeItem, Verdict
@@ -98,7 +98,8 @@ class GeneratingJudge(Judge):
 
     def __init__(self, config: JudgeConfig, kind: str, tag: str, values: Sequence[str], reads_answer: bool):
         self._config = config
-        self.identity = hf.identity(config, kind, reads_answer=reads_answer)
+        self.reads_images = is_vision_model(config.model)
+        self.identity = replace(hf.identity(config, kind, reads_answer=reads_answer), reads_images=self.reads_images)
         self._tokenizer = hf.load_tokenizer(config.model, padding_side="left")
         self._values = AnswerValues(self._tokenizer, tag, values) if config.score_mode == "expected" else None
         self.computes_shared_prompts_once = config.shares_prompts
@@ -109,10 +110,23 @@ class GeneratingJudge(Judge):
         """The answer values' tokens whose log-probabilities expected mode reads (none in sample mode)."""
         return self._values.token_ids if self._values else ()
 
+    def split_images(self, prompt: templates.Conversation) -> tuple[templates.Conversation, list[str]]:
+        """A vision judge's prompt with its images marked in the text (`[image k]`), and the images; any other
+        judge's prompt as it is (its template refuses an image rather than lose it)."""
+        if not self.reads_images or isinstance(prompt, str):
+            return prompt, []
+        return content.marked(templates.as_messages(prompt))
+
+    @staticmethod
+    def shown(messages: list[dict], images: Sequence[str]) -> list[dict]:
+        """A judge prompt with the images of the prompt it judges (split_images) beside its text."""
+        return content.attach(messages, images) if images else messages
+
     def prompt_token_ids(self, conversations: Sequence[list[dict]]) -> tuple[list, list]:
-        """Each conversation's judge prompt as the engine reads it (token ids), or the verdict refusing it."""
+        """Each conversation's judge prompt as the engine reads it (token ids; one image token per image), or the
+        verdict refusing it."""
         texts = [
-            self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            self._tokenizer.apply_chat_template(_template_parts(messages), tokenize=False, add_generation_prompt=True)
             for messages in conversations
         ]
         return hf.encode_checked(self._tokenizer, texts, self._config.max_input_tokens)
@@ -124,7 +138,11 @@ class GeneratingJudge(Judge):
         encodings, verdicts = self.prompt_token_ids(conversations)
         results: list[Generation | Verdict] = list(verdicts)
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        for index, generation in zip(readable, self._generator.generate([encodings[i] for i in readable]), strict=True):
+        images = [[content.image_bytes(url, where) for where, url in content.image_urls(c)] for c in conversations]
+        generations = self._generator.generate(
+            [encodings[i] for i in readable], [images[i] for i in readable] if any(images) else None
+        )
+        for index, generation in zip(readable, generations, strict=True):
             results[index] = (
                 Verdict.failed(generation.error) if isinstance(generation, GenerationFailure) else generation
             )
@@ -175,7 +193,8 @@ class GenerativeJudge(GeneratingJudge):
 
     def input_messages(self, item: JudgeItem) -> list[dict]:
         reference = item.answer if self._config.reference_from_answer else None
-        return templates.pointwise_messages(item.prompt, item.completion, reference=reference)
+        prompt, images = self.split_images(item.prompt)
+        return self.shown(templates.pointwise_messages(prompt, item.completion, reference=reference), images)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """A verdict per item; with --reference-from-answer an item without an answer is an error, not a
@@ -227,8 +246,23 @@ def judged_unless_refused(items: Sequence, judge: Callable[[list], list[Verdict]
     return verdicts
 
 
+def _template_parts(messages: list[dict]) -> list[dict]:
+    """A vision model's chat template places an image where a part says {"type": "image"}."""
+    return [
+        {**m, "content": [{"type": "image"} if p["type"] == content.IMAGE else p for p in m["content"]]}
+        if content.is_parts(m["content"])
+        else m
+        for m in messages
+    ]
+
+
 def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:
     if config.backend == "openai":
+        if is_vision_model(config.model):
+            raise ValueError(
+                f"--backend openai: {config.model} reads images, and the openai backend sends token ids to the "
+                "engine's /completions, which take none; serve this judge with --backend vllm or transformers"
+            )
         from judge_models.openai_engine import OpenAIGenerator, check_engine
 
         check_engine(config, needs_logprobs=bool(candidate_ids))

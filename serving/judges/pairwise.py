@@ -49,11 +49,13 @@ class PairwiseJudge(GeneratingJudge):
         return templates.pairwise_messages(prompt, response_a, response_b, self._ties)
 
     def _in_both_orders(self, comparisons: Sequence[Comparison]) -> list[list[dict]]:
-        """Each comparison's two judge prompts: its first response as A, then as B."""
+        """Each comparison's two judge prompts: its first response as A, then as B (a vision judge's with the
+        prompt's images)."""
         conversations = []
         for prompt, first, second, rubric in comparisons:
-            conversations += [self.pair_messages(prompt, first, second, rubric)]
-            conversations += [self.pair_messages(prompt, second, first, rubric)]
+            text, images = self.split_images(prompt)
+            conversations += [self.shown(self.pair_messages(text, first, second, rubric), images)]
+            conversations += [self.shown(self.pair_messages(text, second, first, rubric), images)]
         return conversations
 
     def read_generations(self, items: Sequence[JudgeItem], results: Sequence) -> list[Verdict]:

@@ -61,7 +61,8 @@ class TemplateJudge(GeneratingJudge):
         )
 
     def input_messages(self, item: JudgeItem) -> list[dict]:
-        return self.template.messages(item.prompt, item.completion, item.answer, item.rubric)
+        prompt, images = self.split_images(item.prompt)
+        return self.shown(self.template.messages(prompt, item.completion, item.answer, item.rubric), images)
 
     def score_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """A verdict per item; an item without what the template reads (or with a rubric it does not) fails."""
