@@ -109,6 +109,9 @@ def pil_images(images: Sequence[bytes]) -> list:
 
 
 class Generator(Protocol):
-    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation | GenerationFailure]:
+    def generate(
+        self, prompts: list[list[int]], images: Images | None = None, conversations: Sequence[list[dict]] = ()
+    ) -> list[Generation | GenerationFailure]:
         """One generation per prompt (token ids), in order; an in-process engine never fails one alone. A vision
-        model's prompt holds one image token per image of `images` (the engine expands it)."""
+        model's prompt holds one image token per image of `images` (the engine expands it); `conversations`, the
+        messages the prompts were rendered from, is for an engine elsewhere, which renders them itself."""

@@ -1,5 +1,7 @@
 """A generative judge's engine behind an OpenAI-compatible server (`--backend openai`): `vllm serve` (any size:
 tensor and pipeline parallel, several nodes), SGLang, or any server whose completions API takes token-id prompts.
+A vision judge's prompts that carry images go to `POST /chat/completions` instead, as the judge's conversation
+with its images inline: the engine renders them with the model's chat template, as this process would.
 
 The judge stays in this process: its template, chat template and tokenizer (--model's directory) render each
 prompt to token ids exactly as for the in-process backends, and the engine's `POST /completions` generates from
@@ -54,34 +56,47 @@ class OpenAIGenerator:
         self._client = self._run(_client(config, config.openai_timeout))
         self._limit = asyncio.Semaphore(config.openai_max_concurrency)
 
-    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation | GenerationFailure]:
-        if any(images or ()):  # load_judge refuses a vision judge on this backend; nothing else has images
-            raise ValueError("the engine's /completions takes token ids, no images")
-        return self._run(self._generate_all(prompts))
+    def generate(
+        self, prompts: list[list[int]], images: Images | None = None, conversations: Sequence[list[dict]] = ()
+    ) -> list[Generation | GenerationFailure]:
+        """A prompt with images goes to /chat/completions as its conversation (`conversations`, the images as
+        data-URL parts), which the engine renders with the same chat template; the others as token ids."""
+        shown = [bool(prompt_images) for prompt_images in images or [()] * len(prompts)]
+        return self._run(self._generate_all(prompts, shown, conversations))
 
     def _run(self, coroutine: Coroutine) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _generate_all(self, prompts: list[list[int]]) -> list[Generation | GenerationFailure]:
-        return list(await asyncio.gather(*(self._generate_one(prompt) for prompt in prompts)))
+    async def _generate_all(
+        self, prompts: list[list[int]], shown: list[bool], conversations: Sequence[list[dict]]
+    ) -> list[Generation | GenerationFailure]:
+        logprobs = TOP_LOGPROBS if self._candidate_ids else 0
+        requests = [
+            ("/chat/completions", chat_body(self._config, self._model, conversations[i], logprobs))
+            if shown[i]
+            else ("/completions", completion_body(self._config, self._model, prompt, logprobs))
+            for i, prompt in enumerate(prompts)
+        ]
+        return list(await asyncio.gather(*(self._generate_one(path, body) for path, body in requests)))
 
-    async def _generate_one(self, prompt: list[int]) -> Generation | GenerationFailure:
-        body = completion_body(self._config, self._model, prompt, TOP_LOGPROBS if self._candidate_ids else 0)
+    async def _generate_one(self, path: str, body: dict) -> Generation | GenerationFailure:
         async with self._limit:
-            answer = await self._post_with_retries(body)
+            answer = await self._post_with_retries(path, body)
         if isinstance(answer, GenerationFailure):
             return answer
         try:
+            if path == "/chat/completions":
+                return generation_from_chat(answer, self._candidate_ids)
             return generation_from_completion(answer, self._candidate_ids)
         except (KeyError, IndexError, TypeError, ValueError) as err:
             return GenerationFailure(f"the engine's answer is not a completion: {type(err).__name__}: {err}")
 
-    async def _post_with_retries(self, body: dict) -> dict | GenerationFailure:
+    async def _post_with_retries(self, path: str, body: dict) -> dict | GenerationFailure:
         retries = self._config.openai_max_retries
         for attempt in range(retries + 1):
             retry_after = None
             try:
-                response = await self._client.post(f"{self._url}/completions", json=body)
+                response = await self._client.post(f"{self._url}{path}", json=body)
             except httpx.TimeoutException as err:
                 failure = (
                     f"the engine at {self._url} timed out after {self._config.openai_timeout}s ({type(err).__name__})"
@@ -119,6 +134,31 @@ def completion_body(config: JudgeConfig, model: str, prompt: Sequence[int], logp
         "logprobs": logprobs,
         "return_tokens_as_token_ids": True,
     }
+
+
+def chat_body(config: JudgeConfig, model: str, messages: list[dict], logprobs: int) -> dict:
+    """The `/chat/completions` request of one judge conversation (a vision judge's, its images inline)."""
+    body = {
+        key: value for key, value in completion_body(config, model, [], 0).items() if key not in ("prompt", "logprobs")
+    }
+    body["messages"] = messages
+    return {**body, "logprobs": True, "top_logprobs": logprobs} if logprobs else body
+
+
+def generation_from_chat(answer: dict, candidate_ids: Sequence[int]) -> Generation:
+    """A `/chat/completions` answer's first choice as a Generation, as generation_from_completion reads a
+    completion: its steps are `logprobs.content`, each with the step's token and its `top_logprobs` list."""
+    choice = answer["choices"][0]
+    steps = (choice.get("logprobs") or {}).get("content") or []
+    token_ids = token_ids_of([step["token"] for step in steps]) if steps else None
+    rows = [{top["token"]: top["logprob"] for top in step.get("top_logprobs") or []} for step in steps]
+    return Generation(
+        text=choice["message"]["content"] or "",
+        token_ids=token_ids or (),
+        hit_token_limit=choice.get("finish_reason") == "length",
+        candidate_logprobs=tuple(_candidate_row(row, candidate_ids) for row in rows) if candidate_ids else (),
+        generated=None if token_ids else int((answer.get("usage") or {}).get("completion_tokens", 0)),
+    )
 
 
 def generation_from_completion(answer: dict, candidate_ids: Sequence[int]) -> Generation:

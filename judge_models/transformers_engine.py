@@ -98,7 +98,10 @@ class TransformersGenerator:
         self._prompt_once = not config.no_prompt_once
         torch.manual_seed(config.seed)
 
-    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], images: Images | None = None, conversations: Sequence[list[dict]] = ()
+    ) -> list[Generation]:
+        """See engine.Generator; `conversations` is not needed in process."""
         shown = [i for i, prompt_images in enumerate(images or ()) if prompt_images]
         if not shown:
             return self._generate_text(prompts)

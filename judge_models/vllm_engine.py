@@ -225,7 +225,10 @@ class VllmGenerator:
             logprobs=TOP_LOGPROBS if self._candidate_ids else None,
         )
 
-    def generate(self, prompts: list[list[int]], images: Images | None = None) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], images: Images | None = None, conversations: Sequence[list[dict]] = ()
+    ) -> list[Generation]:
+        """See engine.Generator; `conversations` is not needed in process."""
         if not prompts:
             return []
         outputs = self._llm.generate(_token_prompts(prompts, images), self._sampling, use_tqdm=False)

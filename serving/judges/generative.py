@@ -139,9 +139,14 @@ class GeneratingJudge(Judge):
         results: list[Generation | Verdict] = list(verdicts)
         readable = [i for i, verdict in enumerate(verdicts) if verdict is None]
         images = [[content.image_bytes(url, where) for where, url in content.image_urls(c)] for c in conversations]
-        generations = self._generator.generate(
-            [encodings[i] for i in readable], [images[i] for i in readable] if any(images) else None
-        )
+        prompts = [encodings[i] for i in readable]
+        if any(images):  # an engine elsewhere reads a vision judge's images from its conversation
+            arguments = (
+                {"conversations": [conversations[i] for i in readable]} if self._config.backend == "openai" else {}
+            )
+            generations = self._generator.generate(prompts, [images[i] for i in readable], **arguments)
+        else:
+            generations = self._generator.generate(prompts)
         for index, generation in zip(readable, generations, strict=True):
             results[index] = (
                 Verdict.failed(generation.error) if isinstance(generation, GenerationFailure) else generation
@@ -258,11 +263,6 @@ def _template_parts(messages: list[dict]) -> list[dict]:
 
 def _make_generator(config: JudgeConfig, tokenizer, candidate_ids: Sequence[int]) -> Generator:
     if config.backend == "openai":
-        if is_vision_model(config.model):
-            raise ValueError(
-                f"--backend openai: {config.model} reads images, and the openai backend sends token ids to the "
-                "engine's /completions, which take none; serve this judge with --backend vllm or transformers"
-            )
         from judge_models.openai_engine import OpenAIGenerator, check_engine
 
         check_engine(config, needs_logprobs=bool(candidate_ids))
