@@ -297,3 +297,30 @@ def test_faults_between_server_and_engine_lose_nothing_and_score_nothing_wrongly
     finally:
         server.stop()
         proxy.shutdown()
+
+
+def test_an_engine_that_is_down_fails_items_as_our_own_engines_do_and_the_breaker_stays_closed(engines, tmp_path):
+    """Our own engines fail a judgement as that item's error (HTTP 200): the client falls back for that item and
+    its breaker, which guards the judge server, stays closed. An engine elsewhere that is down does the same, within
+    the server's retries, and the rewards come from the judge again once it is back."""
+    from judge_rewards import JudgeRewardSystem
+
+    proxy = FaultProxy(engines["pointwise"].url, stall_s=0.0)
+    flags = ["--openai-timeout", "4", "--openai-max-retries", "1", "--batch-timeout", "0"]
+    server = judge_server(engines["pointwise"].model_dir, proxy.url, tmp_path / "server.log", *flags)
+    config = {"judge_url": server.url, "timeout": 30.0, "max_retries": 0, "circuit_breaker_threshold": 2}
+    request = POINTWISE_REQUESTS[1]
+    try:
+        with JudgeRewardSystem({**config, "use_cache": False, "batch_timeout": 0.0}) as system:
+            proxy.faults = ["reset"] * 8  # the engine is down for four judgements, each tried twice
+            started = time.monotonic()
+            down = [system.reward(request["prompt"], request["completion"], answer="4") for _ in range(4)]
+            assert time.monotonic() - started < 60
+            assert {reward["source"] for reward in down} == {"rule_fallback"}
+            assert all("cannot reach the engine" in reward["error"] for reward in down)
+            assert system.get_metrics()["circuit_breaker"]["state"] == "closed"
+            back = system.reward(request["prompt"], request["completion"], answer="4")
+            assert back["source"] == "judge" and proxy.faults == []
+    finally:
+        server.stop()
+        proxy.shutdown()
