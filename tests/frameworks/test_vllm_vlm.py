@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from subprocess import PIPE
 
 import pytest
@@ -119,7 +120,7 @@ def test_a_vision_judge_on_vllm_reads_the_image(vlm_dirs):
 def test_a_vision_judge_behind_vllm_serve_reads_the_image(vlm_dirs, tmp_path):
     from judge_models.config import JudgeConfig
     from judge_models.openai_engine import OpenAIGenerator
-    from serving.judges import JudgeItem, load_judge
+    from serving.judges import ComparisonItem, JudgeItem, load_judge
 
     model = vlm_dirs / "pointwise"
     port = free_port()
@@ -146,6 +147,11 @@ def test_a_vision_judge_behind_vllm_serve_reads_the_image(vlm_dirs, tmp_path):
         first_tokens = sorted({generation.token_ids[0] for generation in named})
         generations = OpenAIGenerator(config, first_tokens).generate(ids, images, conversations)
         red, blue, red_again = (generation.candidate_logprobs[0] for generation in generations)
+        assert red == red_again and red != blue
+        # the pairwise judge is the same weights: the engine serves it under the pointwise directory's name
+        pairwise = load_judge(replace(config, model=str(vlm_dirs / "pairwise"), openai_model=str(model)))
+        compared = pairwise.compare_batch([ComparisonItem(item.prompt, "Red.", "Blue.") for item in items])
+        red, blue, red_again = (verdict.metadata.get("judge_output", verdict.score) for verdict in compared)
         assert red == red_again and red != blue
     finally:
         os.killpg(engine.pid, 15)
