@@ -86,17 +86,32 @@ def build_tiny_vlm(
     hidden_size / num_heads wide: vLLM's CPU attention needs 32 or more (64 by default).
     """
     import torch
-    from transformers import (
-        AutoTokenizer,
-        Idefics3Config,
-        Idefics3ForConditionalGeneration,
-        Idefics3ImageProcessor,
-        Idefics3Processor,
-    )
+    from transformers import Idefics3ForConditionalGeneration
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(_text_base(source, out_dir))
+    tokenizer = _vlm_tokenizer(_text_base(source, out_dir))
+    torch.manual_seed(seed)
+    model = Idefics3ForConditionalGeneration(_vlm_config(tokenizer, hidden_size, num_layers, num_heads))
+    # transformers 4.57 and 5.x (and vLLM, which follows 5.x) give the vision patches different position ids
+    # (4.57 buckets i / n * (1 - 1e-6), one bucket low): with equal position embeddings all of them compute the same.
+    with torch.no_grad():
+        model.model.vision_model.embeddings.position_embedding.weight.zero_()
+    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        setattr(model.generation_config, name, getattr(tokenizer, name))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    _save_processor(tokenizer, out_dir)
+    (out_dir / "SOURCE.md").write_text(
+        f"Random-init tiny Idefics3 VLM (text hidden {hidden_size}, {num_layers} layers; vision 1 layer, "
+        f"{IMAGE_SIZE} px, {IMAGE_SEQ_LEN} tokens per image; seed {seed}) for tests (tests/support/vlm.py).\n"
+    )
+    return out_dir
+
+
+def _vlm_tokenizer(text_base: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(text_base)
     tokenizer.add_special_tokens(
         {"additional_special_tokens": [FAKE_IMAGE, IMAGE, GLOBAL_IMAGE, END_OF_UTTERANCE]},
         replace_additional_special_tokens=False,
@@ -104,9 +119,13 @@ def build_tiny_vlm(
     tokenizer.chat_template = IDEFICS3_CHAT_TEMPLATE
     # No token_type_ids, which generate() rejects; init_kwargs: what save_pretrained writes.
     tokenizer.model_input_names = tokenizer.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]
-    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE)
+    return tokenizer
 
-    config = Idefics3Config(
+
+def _vlm_config(tokenizer, hidden_size: int, num_layers: int, num_heads: int):
+    from transformers import Idefics3Config
+
+    return Idefics3Config(
         vision_config=dict(
             hidden_size=64,
             intermediate_size=128,
@@ -119,28 +138,22 @@ def build_tiny_vlm(
             model_type="llama", **tiny_llama_settings(tokenizer, hidden_size, num_layers, num_heads, False)
         ),
         scale_factor=SCALE,
-        image_token_id=image_token_id,
+        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE),
         tie_word_embeddings=False,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         torch_dtype="float32",
     )
-    torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config)
-    # transformers 4.57 and 5.x (and vLLM, which follows 5.x) give the vision patches different position ids
-    # (4.57 buckets i / n * (1 - 1e-6), one bucket low): with equal position embeddings all of them compute the same.
-    with torch.no_grad():
-        model.model.vision_model.embeddings.position_embedding.weight.zero_()
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def _save_processor(tokenizer, out_dir: Path) -> None:
+    """preprocessor_config.json, processor_config.json, the tokenizer and the chat template (the tokenizer's own
+    too: vLLM's chat endpoint and AutoTokenizer read it)."""
+    from transformers import Idefics3ImageProcessor, Idefics3Processor
 
     image_processor = Idefics3ImageProcessor(
-        size={"longest_edge": IMAGE_SIZE},
-        max_image_size={"longest_edge": IMAGE_SIZE},
-        do_image_splitting=False,
+        size={"longest_edge": IMAGE_SIZE}, max_image_size={"longest_edge": IMAGE_SIZE}, do_image_splitting=False
     )
     processor = Idefics3Processor(
         image_processor=image_processor,
@@ -148,10 +161,5 @@ def build_tiny_vlm(
         image_seq_len=IMAGE_SEQ_LEN,
         chat_template=IDEFICS3_CHAT_TEMPLATE,
     )
-    processor.save_pretrained(out_dir)  # preprocessor_config.json, processor_config.json, tokenizer, chat template
-    tokenizer.save_pretrained(out_dir)  # the tokenizer's own chat template too (vLLM's chat endpoint, AutoTokenizer)
-    (out_dir / "SOURCE.md").write_text(
-        f"Random-init tiny Idefics3 VLM (text hidden {hidden_size}, {num_layers} layers; vision 1 layer, "
-        f"{IMAGE_SIZE} px, {IMAGE_SEQ_LEN} tokens per image; seed {seed}) for tests (tests/support/vlm.py).\n"
-    )
-    return out_dir
+    processor.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
