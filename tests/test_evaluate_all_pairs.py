@@ -80,7 +80,7 @@ def test_all_pairs_is_refused_with_a_reference_and_for_a_judge_that_cannot_compa
     tmp_path,
     capsys,
 ):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^2$"):  # argparse's usage error
         main(["--data", str(eval_file), "--out", str(tmp_path), "--all-pairs", "--reference-column", "reference"])
     assert "--all-pairs compares the completions with each other" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--all-pairs needs a judge that compares two responses"):
