@@ -39,6 +39,7 @@ from .protocol.templates import Conversation, Message, as_messages, render_trans
 
 PLACEHOLDERS = ("prompt", "completion", "answer", "rubric", "response_a", "response_b")
 PAIRWISE_PLACEHOLDERS = ("response_a", "response_b")
+VERDICT_WORTH = (1.0, 0.0, 0.5)  # P(response A is better) of each pairwise verdict: A better, B better, tie
 PARSERS = ("tag", "regex", "json_field")
 KEYS = ("system", "user", "parser")
 
@@ -116,7 +117,7 @@ class JudgeTemplate:
         verdict = str(found).strip()
         if verdict not in self.verdicts:
             return Reading(None, verdict, f"the verdict {verdict!r} is none of the template's {list(self.verdicts)}")
-        return Reading((1.0, 0.0, 0.5)[self.verdicts.index(verdict)], verdict)
+        return Reading(VERDICT_WORTH[self.verdicts.index(verdict)], verdict)
 
     def _find(self, text: str) -> Any:
         """The answer's value as found, or '!why not'."""

@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from judge_core.judge_template import JudgeTemplate
+from judge_core.judge_template import VERDICT_WORTH, JudgeTemplate
 from judge_core.protocol import templates
 from judge_models.config import JudgeConfig
 from judge_models.engine import Generation
 
 from .base import ComparisonItem, JudgeItem, Verdict
 from .generative import ANSWER_EXCERPT_CHARS, GeneratingJudge, judged_unless_refused
-from .pairwise import NO_REFERENCE, PairwiseJudge
+from .pairwise import PairwiseJudge
 
 NO_ANSWER = "this judge's template reads a reference answer ({answer}); the request has no `answer`"
 NO_RUBRIC = "this judge's template reads a rubric ({rubric}); the request has no `rubric`"
@@ -94,7 +94,7 @@ class PairwiseTemplateJudge(PairwiseJudge):
         check_sample_mode(config, template)
         self.template = template
         super().__init__(config, ties=len(template.verdicts) == len(VERDICT_LETTERS))
-        worth = ", ".join(f"{v!r} {w:g}" for v, w in zip(template.verdicts, (1, 0, 0.5), strict=False))
+        worth = ", ".join(f"{v!r} {w:g}" for v, w in zip(template.verdicts, VERDICT_WORTH, strict=False))
         self.identity = with_template(
             self.identity,
             template,
@@ -112,9 +112,7 @@ class PairwiseTemplateJudge(PairwiseJudge):
         return judged_unless_refused(items, super().compare_batch, self._refusal)
 
     def _refusal(self, item: JudgeItem | ComparisonItem) -> str | None:
-        if isinstance(item, JudgeItem) and not item.answer:
-            return NO_REFERENCE
-        return rubric_refusal(self.template, item.rubric)
+        return rubric_refusal(self.template, item.rubric)  # an item without a reference: PairwiseJudge refuses it
 
     def _parse(self, text: str) -> templates.Judgement:
         reading = self.template.read(text)
