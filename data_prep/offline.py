@@ -97,6 +97,13 @@ class OfflineConfig:
         "<better>tie</better>, so that a judge need not split two equal responses by their position (the other "
         "files are unchanged); unset: no ties",
     )
+    pairwise_wrong_tie_share: float | None = option(
+        None,
+        "with --pairwise-tie-share, share of the pairwise rows (grpo/pairwise, sft_judge_pairwise) that compare two "
+        "wrong answers to a question (two of its fact's wrong values) with the verdict tie: a judge compared on a "
+        "group of answers (all pairs) meets two wrong answers in half its comparisons (the other files are "
+        "unchanged); unset: none",
+    )
     confident_share: float | None = option(
         None,
         "share of the graded rows (grpo/pointwise, sft_judge_pointwise, attributes) that are confident answers, "
@@ -131,8 +138,20 @@ class OfflineConfig:
             )
         if self.pairwise_tie_share is not None and not 0 < self.pairwise_tie_share < 1:
             raise UsageError(f"--pairwise-tie-share must be above 0 and below 1, not {self.pairwise_tie_share}")
+        if self.pairwise_wrong_tie_share is not None:
+            self._check_wrong_tie_share()
         if self.confident_share is not None and not 0 <= self.confident_share <= 1:
             raise UsageError(f"--confident-share must be between 0 and 1, not {self.confident_share}")
+
+    def _check_wrong_tie_share(self) -> None:
+        share = self.pairwise_wrong_tie_share
+        if self.pairwise_tie_share is None:
+            raise UsageError("--pairwise-wrong-tie-share needs --pairwise-tie-share: without it no prompt offers tie")
+        if not 0 < share < 1 - self.pairwise_tie_share:
+            raise UsageError(
+                f"--pairwise-wrong-tie-share must be above 0 and below 1 - --pairwise-tie-share "
+                f"({1 - self.pairwise_tie_share:g}), not {share}"
+            )
 
     @property
     def pointwise_value_first(self) -> str | None:
@@ -366,7 +385,7 @@ def _add_split(
     summary.add_split(outputs.SFT_JUDGE_POINTWISE, split, _pointwise_judge_rows(graded, options))
     summary.add_split(outputs.ATTRIBUTES, split, _attribute_rows(graded))
     ordered = _ordered_pairs(examples, rng, options)
-    tied = _tied(examples, len(ordered), options.pairwise_tie_share, random.Random(f"{options.seed}/{split}/ties"))
+    tied = _tied(examples, len(ordered), options, split)
     summary.add_split(outputs.PAIRWISE, split, _pairwise_rows(ordered, tied, options))
     summary.add_split(outputs.SFT_JUDGE_PAIRWISE, split, _pairwise_judge_rows(ordered, tied, options))
 
@@ -454,21 +473,21 @@ def _ordered_pairs(examples: list[Example], rng: random.Random, options: Offline
     ]
 
 
-def _pairwise_rows(
-    ordered: list[tuple[Example, bool]], tied: list[tuple[Example, str, str]], options: OfflineConfig
-) -> list[dict]:
+def _pairwise_rows(ordered: list[tuple[Example, bool]], tied: list[TiedPair], options: OfflineConfig) -> list[dict]:
     ties = options.pairwise_ties
     return [
         outputs.pairwise_row(DATA_SOURCE_PAIRWISE, e.question, e.good, e.flawed, chosen_is_a, e.origin, ties)
         for e, chosen_is_a in ordered
     ] + [
-        outputs.pairwise_verdict_row(DATA_SOURCE_PAIRWISE, e.question, a, b, templates.PAIRWISE_TIE, e.origin, ties)
-        for e, a, b in tied
+        outputs.pairwise_verdict_row(
+            DATA_SOURCE_PAIRWISE, t.example.question, t.a, t.b, templates.PAIRWISE_TIE, t.example.origin, ties
+        )
+        for t in tied
     ]
 
 
 def _pairwise_judge_rows(
-    ordered: list[tuple[Example, bool]], tied: list[tuple[Example, str, str]], options: OfflineConfig
+    ordered: list[tuple[Example, bool]], tied: list[TiedPair], options: OfflineConfig
 ) -> list[dict]:
     ties, answer_first = options.pairwise_ties, options.pairwise_answer_first
     return [
@@ -479,28 +498,69 @@ def _pairwise_judge_rows(
         for e, good_is_a in ordered
     ] + [
         outputs.judge_sft_row(
-            templates.pairwise_messages(e.question, a, b, ties),
-            offline_labels.pairwise_tie_answer(e.fact.answer, answer_first, _working(e, options)),
+            templates.pairwise_messages(t.example.question, t.a, t.b, ties),
+            offline_labels.pairwise_tie_answer(
+                t.example.fact.answer, t.wrongs, answer_first, _working(t.example, options)
+            ),
         )
-        for e, a, b in tied
+        for t in tied
     ]
 
 
-def _tied(
-    examples: list[Example], untied_rows: int, share: float | None, rng: random.Random
-) -> list[tuple[Example, str, str]]:
-    """The tie rows that make `share` of the pairwise rows (none if None): each a drawn example's good answer
-    against a correct answer in another phrasing (the eval's reference answer), in a drawn order, A and B
-    balanced."""
-    if share is None:
+@dataclass(frozen=True)
+class TiedPair:
+    """A pairwise row whose verdict is tie: two correct statements of the example's fact, or (`wrongs`, the values
+    A and B say) two wrong ones."""
+
+    example: Example
+    a: str
+    b: str
+    wrongs: tuple[str, str] | None = None
+
+    def swapped(self) -> TiedPair:
+        return TiedPair(self.example, self.b, self.a, self.wrongs and (self.wrongs[1], self.wrongs[0]))
+
+
+def _tied(examples: list[Example], untied_rows: int, options: OfflineConfig, split: str) -> list[TiedPair]:
+    """The tie rows that make --pairwise-tie-share of the pairwise rows (two correct answers), then those that make
+    --pairwise-wrong-tie-share (two wrong answers); each kind drawn from a stream of its own."""
+    correct_share, wrong_share = options.pairwise_tie_share, options.pairwise_wrong_tie_share
+    if correct_share is None:
         return []
-    count = round(share * untied_rows / (1 - share))
+    rest = 1 - correct_share - (wrong_share or 0)
+    rng = random.Random(f"{options.seed}/{split}/ties")
+    tied = _correct_ties(examples, round(correct_share * untied_rows / rest), correct_share, rng)
+    if wrong_share is not None:
+        rng = random.Random(f"{options.seed}/{split}/wrong-ties")
+        tied += _wrong_ties(examples, round(wrong_share * untied_rows / rest), wrong_share, rng)
+    return tied
+
+
+def _drawn(examples: list[Example], count: int, flag: str, share: float, rng: random.Random) -> list[Example]:
     if count > len(examples):
         raise UsageError(
-            f"--pairwise-tie-share {share} needs {count} tie rows, "
-            f"more than the {len(examples)} pairs to draw them from"
+            f"{flag} {share} needs {count} tie rows, more than the {len(examples)} pairs to draw them from"
         )
-    drawn = rng.sample(examples, count)
-    positions = outputs.balanced_positions(count, rng)
-    pairs = [(e.good, reference_answer(e.fact, e.phrasing)) for e in drawn]
-    return [(e, *(pair if is_a else pair[::-1])) for e, pair, is_a in zip(drawn, pairs, positions, strict=True)]
+    return rng.sample(examples, count)
+
+
+def _placed(pairs: list[TiedPair], rng: random.Random) -> list[TiedPair]:
+    """The pairs, each in a drawn order, A and B balanced."""
+    positions = outputs.balanced_positions(len(pairs), rng)
+    return [pair if is_a else pair.swapped() for pair, is_a in zip(pairs, positions, strict=True)]
+
+
+def _correct_ties(examples: list[Example], count: int, share: float, rng: random.Random) -> list[TiedPair]:
+    """Drawn examples' good answers, each against a correct answer in another phrasing (the eval's reference)."""
+    drawn = _drawn(examples, count, "--pairwise-tie-share", share, rng)
+    return _placed([TiedPair(e, e.good, reference_answer(e.fact, e.phrasing)) for e in drawn], rng)
+
+
+def _wrong_ties(examples: list[Example], count: int, share: float, rng: random.Random) -> list[TiedPair]:
+    """Drawn examples' flawed answers, each against its fact's statement of another wrong value."""
+    drawn = _drawn(examples, count, "--pairwise-wrong-tie-share", share, rng)
+    pairs = []
+    for e in drawn:
+        other = rng.choice([value for value in e.fact.wrong if value != e.wrong])
+        pairs.append(TiedPair(e, e.flawed, e.fact.statement(e.phrasing, other), (e.wrong, other)))
+    return _placed(pairs, rng)

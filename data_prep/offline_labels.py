@@ -83,10 +83,14 @@ def pairwise_answer(
     return _pairwise_answer(said, good, answer, answer_first, working)
 
 
-def pairwise_tie_answer(answer: str, answer_first: bool = False, working: str | None = None) -> str:
-    """A pairwise judge's answer to two correct statements of the same fact: both right, so the verdict is tie
-    (`answer_first` and `working` as in `pairwise_answer`)."""
+def pairwise_tie_answer(
+    answer: str, wrongs: tuple[str, str] | None = None, answer_first: bool = False, working: str | None = None
+) -> str:
+    """A pairwise judge's answer to two statements of the same fact, both correct or (`wrongs`: the values A and B
+    say) both wrong, so the verdict is tie (`answer_first` and `working` as in `pairwise_answer`)."""
     said = {letter: (answer, "correct") for letter in ("A", "B")}
+    if wrongs is not None:
+        said = {letter: (value, "wrong") for letter, value in zip(("A", "B"), wrongs, strict=True)}
     return _pairwise_answer(said, PAIRWISE_TIE, answer, answer_first, working)
 
 

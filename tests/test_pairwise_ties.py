@@ -1,7 +1,7 @@
 """The pairwise verdict tie, end to end: the prompt that offers it and its parser (judge_core.protocol.templates),
-the GRPO reward of a tie label, `data_prep offline --pairwise-tie-share`, the export that records it in judge.json
-(`pairwise_ties`), the judge server that offers it and scores a tie half (on a tiny real model scripted to known
-probabilities), and the position consistency of verl's validation dumps."""
+the GRPO reward of a tie label, `data_prep offline --pairwise-tie-share` and `--pairwise-wrong-tie-share`, the
+export that records it in judge.json (`pairwise_ties`), the judge server that offers it and scores a tie half (on a
+tiny real model scripted to known probabilities), and the position consistency of verl's validation dumps."""
 
 from __future__ import annotations
 
@@ -121,6 +121,64 @@ def test_a_tie_row_compares_two_correct_statements_of_its_fact_and_its_demonstra
 def test_a_tie_share_out_of_range_or_beyond_the_pairs_is_refused(tmp_path, share):
     with pytest.raises(UsageError, match="--pairwise-tie-share"):
         offline.generate(tmp_path, dataclasses.replace(TIES, pairwise_tie_share=share))
+
+
+WRONG_TIES = dataclasses.replace(TIES, pairwise_tie_share=0.2, pairwise_wrong_tie_share=0.2)
+
+
+@pytest.fixture(scope="module")
+def wrong_tie_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wrong_ties")
+    offline.generate(out, WRONG_TIES)
+    return out
+
+
+def tie_counts(untied_rows: int) -> tuple[int, int]:
+    """Correct ties and wrong ties beside `untied_rows` rows, each a fifth of the whole."""
+    each = round(0.2 * untied_rows / 0.6)
+    return each, each
+
+
+def test_the_wrong_tie_share_adds_its_rows_after_the_correct_ties_and_changes_no_other_file(tie_data, wrong_tie_data):
+    plain, tied = tie_data
+    changed = {outputs.PAIRWISE, outputs.SFT_JUDGE_PAIRWISE}
+    for name in sorted(path.relative_to(tied) for path in tied.rglob("*.parquet")):
+        if str(name.parent) not in changed:
+            assert (tied / name).read_bytes() == (wrong_tie_data / name).read_bytes(), name
+    for split in outputs.SPLITS:
+        untied, rows = (read(out, outputs.split_file(outputs.PAIRWISE, split)) for out in (plain, wrong_tie_data))
+        assert len(rows) - len(untied) == sum(tie_counts(len(untied)))
+        assert rows[: len(untied)] == read(tied, outputs.split_file(outputs.PAIRWISE, split))[: len(untied)]
+        tie = templates.pairwise_ground_truth("tie")
+        assert [row["reward_model"]["ground_truth"] for row in rows[len(untied) :]] == [tie] * (len(rows) - len(untied))
+
+
+@pytest.mark.parametrize("split", outputs.SPLITS)
+def test_a_wrong_tie_row_compares_two_wrong_values_of_its_fact_and_its_demonstration_says_both_are_wrong(
+    tie_data, wrong_tie_data, split
+):
+    sft = read(wrong_tie_data, outputs.split_file(outputs.SFT_JUDGE_PAIRWISE, split))
+    _, wrong_ties = tie_counts(len(read(tie_data[0], outputs.split_file(outputs.SFT_JUDGE_PAIRWISE, split))))
+    for row in sft[-wrong_ties:]:
+        prompt, demonstration = (m["content"] for m in row["messages"])
+        _, a, b = templates.split_pairwise_prompt(prompt)
+        _, fact, phrasing = QUESTIONS[question_in(prompt)]
+        said = {fact.statement(phrasing, wrong): wrong for wrong in fact.wrong}
+        assert a in said and b in said and said[a] != said[b]
+        answer = templates.parse_pairwise(demonstration, templates.PAIRWISE_VERDICTS)
+        assert answer.value == "tie"
+        assert answer.reasoning.endswith(
+            f"Response A says {said[a]}, which is wrong; Response B says {said[b]}, which is wrong."
+        )
+
+
+@pytest.mark.parametrize(
+    ("tie_share", "wrong_tie_share", "refusal"),
+    [(None, 0.2, "needs --pairwise-tie-share"), (0.2, 0.0, "above 0"), (0.2, 0.8, "below 1 - --pairwise-tie-share")],
+)
+def test_a_wrong_tie_share_without_ties_or_out_of_range_is_refused(tie_share, wrong_tie_share, refusal):
+    with pytest.raises(UsageError, match=refusal):
+        dataclasses.replace(TIES, pairwise_tie_share=tie_share, pairwise_wrong_tie_share=wrong_tie_share)
 
 
 @pytest.fixture(scope="module")
