@@ -511,6 +511,7 @@ RUN: dict[tuple[str, str], Run | str] = {
             "pointwise-seeded-seed1/test",
             "pairwise-ties640-seed1/test",
             "pairwise-no-reference-seed1/val249",
+            "pairwise-wrong-ties-seed1/val249",
         ),
     ),
     ("data_prep/README.md", "$ python -m data_prep offline --out data/offline --seed 0"): Run(),
