@@ -76,12 +76,16 @@ def without_tie_offer(rows: list[dict], column: str) -> str:
     return text.replace(templates.PAIRWISE_TIE_ANSWER_FORMAT, templates.PAIRWISE_ANSWER_FORMAT)
 
 
+def assert_only_pairwise_files_differ(before, after) -> None:
+    changed = {outputs.PAIRWISE, outputs.SFT_JUDGE_PAIRWISE}
+    for name in sorted(path.relative_to(before) for path in before.rglob("*.parquet")):
+        if str(name.parent) not in changed:
+            assert (before / name).read_bytes() == (after / name).read_bytes(), name
+
+
 def test_the_tie_share_adds_tie_rows_and_offers_the_tie_in_every_pairwise_prompt(tie_data):
     plain, tied = tie_data
-    changed = {outputs.PAIRWISE, outputs.SFT_JUDGE_PAIRWISE}
-    for name in sorted(path.relative_to(plain) for path in plain.rglob("*.parquet")):
-        if str(name.parent) not in changed:
-            assert (plain / name).read_bytes() == (tied / name).read_bytes(), name
+    assert_only_pairwise_files_differ(plain, tied)
     for split in outputs.SPLITS:
         for dataset, column in ((outputs.PAIRWISE, "prompt"), (outputs.SFT_JUDGE_PAIRWISE, "messages")):
             before, after = (read(out, outputs.split_file(dataset, split)) for out in (plain, tied))
@@ -141,10 +145,7 @@ def tie_counts(untied_rows: int) -> tuple[int, int]:
 
 def test_the_wrong_tie_share_adds_its_rows_after_the_correct_ties_and_changes_no_other_file(tie_data, wrong_tie_data):
     plain, tied = tie_data
-    changed = {outputs.PAIRWISE, outputs.SFT_JUDGE_PAIRWISE}
-    for name in sorted(path.relative_to(tied) for path in tied.rglob("*.parquet")):
-        if str(name.parent) not in changed:
-            assert (tied / name).read_bytes() == (wrong_tie_data / name).read_bytes(), name
+    assert_only_pairwise_files_differ(tied, wrong_tie_data)
     for split in outputs.SPLITS:
         untied, rows = (read(out, outputs.split_file(outputs.PAIRWISE, split)) for out in (plain, wrong_tie_data))
         assert len(rows) - len(untied) == sum(tie_counts(len(untied)))
